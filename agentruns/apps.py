@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AgentrunsConfig(AppConfig):
+    name = "agentruns"
+    verbose_name = "Agent runs"

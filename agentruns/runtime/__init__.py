@@ -1,0 +1,78 @@
+"""Holdfast's durable runtime: the public surface agent code and the apps use.
+
+Read ``agentruns.runtime.context`` for the rules agent code follows.
+"""
+
+from agentruns.runtime.admission import (
+    AdmissionError,
+    DuplicateActiveRun,
+    InvalidRunInput,
+    RequestConflict,
+    start_run,
+)
+from agentruns.runtime.context import (
+    ModelResponse,
+    ModelToolCall,
+    RunContext,
+    run_tool_loop,
+    tool_message,
+)
+from agentruns.runtime.engine import CancelRefused, Engine, EngineSettings
+from agentruns.runtime.faults import FaultPoints
+from agentruns.runtime.outcomes import EffectFact, Ending, derive_terminal_state
+from agentruns.runtime.registry import Agent, Budget, ModelSpec, Registry, agent
+from agentruns.runtime.retry import RetryPolicy
+from agentruns.runtime.tools import (
+    MANUAL,
+    READ_ONLY,
+    CallInfo,
+    LookupResult,
+    ProviderBusy,
+    Recovery,
+    Tool,
+    ToolRefused,
+    ToolResult,
+    Undo,
+    idempotent,
+    lookup,
+    tool,
+)
+
+__all__ = [
+    "MANUAL",
+    "READ_ONLY",
+    "AdmissionError",
+    "Agent",
+    "Budget",
+    "CallInfo",
+    "CancelRefused",
+    "DuplicateActiveRun",
+    "EffectFact",
+    "Ending",
+    "Engine",
+    "EngineSettings",
+    "FaultPoints",
+    "InvalidRunInput",
+    "LookupResult",
+    "ModelResponse",
+    "ModelSpec",
+    "ModelToolCall",
+    "ProviderBusy",
+    "Recovery",
+    "Registry",
+    "RequestConflict",
+    "RetryPolicy",
+    "RunContext",
+    "Tool",
+    "ToolRefused",
+    "ToolResult",
+    "Undo",
+    "agent",
+    "derive_terminal_state",
+    "idempotent",
+    "lookup",
+    "run_tool_loop",
+    "start_run",
+    "tool",
+    "tool_message",
+]

@@ -1,0 +1,145 @@
+"""Starting runs: admission is idempotent per (tenant, request_id)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from pydantic import ValidationError
+
+from agentruns.models import Run
+from agentruns.runtime.effects import canonical_json, content_hash
+from agentruns.runtime.registry import Registry
+
+
+class AdmissionError(Exception):
+    """The run could not be started; the message says why."""
+
+
+class InvalidRunInput(AdmissionError):
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.errors = errors or []
+
+
+class RequestConflict(AdmissionError):
+    """The request id was already used for a different run request."""
+
+    def __init__(self, message: str, existing: Run):
+        super().__init__(message)
+        self.existing = existing
+
+
+class DuplicateActiveRun(AdmissionError):
+    """Another active run of this agent already holds the dedupe key."""
+
+    def __init__(self, message: str, existing: Run):
+        super().__init__(message)
+        self.existing = existing
+
+
+def start_run(
+    *,
+    registry: Registry,
+    tenant,
+    agent_name: str,
+    input: dict[str, Any],
+    request_id: str | None = None,
+    dedupe_key: str | None = None,
+    requested_by: str = "",
+    enqueue: Callable[[uuid.UUID], None] | None = None,
+) -> tuple[Run, bool]:
+    """Start a run of the newest registered version of ``agent_name``.
+
+    Returns ``(run, created)``. A repeated ``request_id`` with the same agent and
+    input returns the run it started the first time (``created`` is False); with
+    anything different it raises ``RequestConflict``. The run is enqueued after
+    the insert commits.
+    """
+    from agentruns.runtime.registry import UnknownAgent
+
+    try:
+        agent = registry.latest(agent_name)
+    except UnknownAgent as exc:
+        raise AdmissionError(str(exc)) from None
+    if not isinstance(input, dict):
+        raise InvalidRunInput("input must be a JSON object")
+    if agent.input_model is not None:
+        try:
+            input = agent.input_model.model_validate(input).model_dump(mode="json")
+        except ValidationError as exc:
+            errors = [
+                {"field": ".".join(str(p) for p in e["loc"]) or "(root)", "message": e["msg"]}
+                for e in exc.errors()
+            ]
+            raise InvalidRunInput(
+                "invalid input: " + "; ".join(f"{e['field']}: {e['message']}" for e in errors),
+                errors,
+            ) from None
+    input = _round_trip(input)
+    input_hash = content_hash({"agent": agent.name, "input": input})
+    request_id = request_id or uuid.uuid4().hex
+    if len(request_id) > 200:
+        raise InvalidRunInput("request_id is longer than 200 characters")
+
+    existing = Run.objects.filter(tenant=tenant, request_id=request_id).first()
+    if existing is not None:
+        return _same_request(existing, input_hash), False
+
+    snapshot = agent.snapshot()
+    scenario = input.get("scenario") or agent.config.get("scenario")
+    if agent.model.provider == "scripted":
+        snapshot["model"]["scenario"] = scenario
+    run = Run(
+        tenant=tenant,
+        requested_by=requested_by,
+        agent_name=agent.name,
+        agent_version=agent.version,
+        agent_snapshot=snapshot,
+        input=input,
+        input_hash=input_hash,
+        request_id=request_id,
+        dedupe_key=dedupe_key or None,
+    )
+    try:
+        with transaction.atomic():
+            run.save(force_insert=True)
+            run.events.create(type="created", state_version=0, payload={"by": requested_by})
+            if enqueue is not None:
+                transaction.on_commit(lambda: enqueue(run.id))
+    except IntegrityError:
+        existing = Run.objects.filter(tenant=tenant, request_id=request_id).first()
+        if existing is not None:
+            return _same_request(existing, input_hash), False
+        if dedupe_key:
+            holder = (
+                Run.objects.active()
+                .filter(tenant=tenant, agent_name=agent.name, dedupe_key=dedupe_key)
+                .first()
+            )
+            if holder is not None:
+                raise DuplicateActiveRun(
+                    f"run {holder.id} of {agent.name} is still active with dedupe key "
+                    f"{dedupe_key!r}",
+                    holder,
+                ) from None
+        raise
+    return run, True
+
+
+def _same_request(existing: Run, input_hash: str) -> Run:
+    if existing.input_hash != input_hash:
+        raise RequestConflict(
+            f"request id {existing.request_id!r} was already used for run {existing.id} "
+            "with a different agent or input; use a new request id for a new request",
+            existing,
+        )
+    return existing
+
+
+def _round_trip(value: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(canonical_json(value))

@@ -1,0 +1,166 @@
+"""What agent code calls: the run context.
+
+Agent code is orchestration only. Every model call, tool call, clock read,
+random draw and wait goes through the context, which records it as a step; on
+replay a recorded step returns its recorded result without running again. So:
+
+- never read the clock, draw random numbers, or call a provider directly;
+  use ``ctx.now()``, ``ctx.random()``, ``ctx.tool()``, ``ctx.model()``;
+- read configuration from ``ctx.config``, never from settings or the
+  environment: it is pinned to the run when it starts;
+- never sleep; ``ctx.sleep()`` suspends the run and a sweeper wakes it;
+- do not catch BaseException: suspensions travel as exceptions.
+
+Changing what the code asks for at an already-recorded position (another
+tool, other arguments) is a divergence: the run is blocked for an operator,
+never re-executed under a new effect key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from agentruns.runtime.tools import ToolResult
+
+if TYPE_CHECKING:
+    from agentruns.runtime.engine import _Advance
+
+
+@dataclass(frozen=True)
+class ModelToolCall:
+    id: str
+    name: str
+    raw_arguments: str
+    # Canonical arguments when valid, else None.
+    arguments: dict[str, Any] | None
+    valid: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    content: str | None
+    tool_calls: list[ModelToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    step_id: str = ""
+
+    def assistant_message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.raw_arguments},
+                }
+                for call in self.tool_calls
+            ]
+        return message
+
+    @classmethod
+    def from_recorded(cls, result: dict[str, Any], step_id: str) -> ModelResponse:
+        return cls(
+            content=result.get("content"),
+            tool_calls=[ModelToolCall(**call) for call in result.get("tool_calls", [])],
+            finish_reason=result.get("finish_reason"),
+            step_id=step_id,
+        )
+
+
+def tool_message(call: ModelToolCall, result: ToolResult) -> dict[str, Any]:
+    """The chat message that feeds a tool's result (or its rejection) back to the model."""
+    return {
+        "role": "tool",
+        "tool_call_id": call.id,
+        "content": json.dumps(result.for_model(), sort_keys=True),
+    }
+
+
+class RunContext:
+    """The only door from agent code to the world."""
+
+    def __init__(self, advance: _Advance):
+        self._advance = advance
+
+    @property
+    def run_id(self) -> str:
+        return str(self._advance.run_id)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The agent configuration pinned to this run when it started."""
+        return self._advance.snapshot.get("config", {})
+
+    def model(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[str] | None = None,
+        temperature: float | None = None,
+    ) -> ModelResponse:
+        """Ask the run's model; tool calls it produces come back validated.
+
+        A tool call with invalid arguments is not an error here: it comes back
+        with ``valid=False`` and the reason, to be fed back to the model.
+        """
+        return self._advance.model_step(messages, tools=tools, temperature=temperature)
+
+    def tool(self, name: str, args: dict[str, Any]) -> ToolResult:
+        """Call a tool. Effects run at most once; what they answered is recorded.
+
+        Invalid arguments, refusals and exhausted retries come back as a failed
+        ``ToolResult`` with the reason; nothing that may have taken effect is
+        ever raised here.
+        """
+        return self._advance.tool_step(name, args)
+
+    def call_model_tool(self, call: ModelToolCall) -> ToolResult:
+        """Run a tool call the model produced, or return its validation error."""
+        if not call.valid or call.arguments is None:
+            return ToolResult(
+                status="invalid_arguments",
+                error=call.error or "invalid arguments",
+                error_class="invalid_arguments",
+            )
+        return self.tool(call.name, call.arguments)
+
+    def now(self) -> datetime:
+        """The database's time, recorded: replay returns the same instant."""
+        return self._advance.clock_step()
+
+    def random(self) -> float:
+        """A random float in [0, 1), recorded: replay returns the same number."""
+        return self._advance.random_step()
+
+    def sleep(self, duration: float | timedelta) -> None:
+        """Suspend the run for ``duration``; no process waits meanwhile."""
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+        self._advance.wait_step(seconds)
+
+
+def run_tool_loop(
+    ctx: RunContext,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[str] | None = None,
+    max_turns: int = 10,
+) -> tuple[ModelResponse, list[dict[str, Any]]]:
+    """The usual agent loop: ask the model, run the tools it asks for, repeat.
+
+    Returns the model's last response (one without tool calls, or the last turn)
+    and the whole conversation.
+    """
+    conversation = list(messages)
+    response = ctx.model(conversation, tools=tools)
+    for _ in range(max_turns):
+        conversation.append(response.assistant_message())
+        if not response.tool_calls:
+            return response, conversation
+        for call in response.tool_calls:
+            conversation.append(tool_message(call, ctx.call_model_tool(call)))
+        response = ctx.model(conversation, tools=tools)
+    conversation.append(response.assistant_message())
+    return response, conversation

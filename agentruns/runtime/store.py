@@ -1,0 +1,382 @@
+"""The engine's writes: one commit per transition, its RunEvent in the same commit.
+
+Each transition is a compare-and-set on the run row plus at most one step write
+and one event. On PostgreSQL it is a single statement (data-modifying CTEs) in
+autocommit, server-side prepared; on SQLite it is ``BEGIN IMMEDIATE``, the
+statements, ``COMMIT`` on the raw connection. Both skip the ORM's query
+building, which costs more than the commit itself (see
+shared/reference/step-write-cost.md and benchmarks/step_overhead.py).
+
+Times in WHERE clauses and in written timestamps are always the database's
+clock (DESIGN §12.10): ``statement_timestamp()`` on PostgreSQL, ``'now'`` on SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+from django.db.backends.utils import typecast_timestamp
+from django.utils import timezone
+
+
+class _Now:
+    def __repr__(self) -> str:
+        return "NOW"
+
+
+NOW = _Now()
+
+
+@dataclass(frozen=True)
+class NowPlus:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Sql:
+    """A literal SQL expression over the row's own columns, e.g. ``attempts + 1``."""
+
+    expression: str
+
+
+@dataclass(frozen=True)
+class Json:
+    value: Any
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Who may decide for a run: the version it claimed, the owner, an unexpired lease."""
+
+    run_id: uuid.UUID
+    version: int
+    owner: str
+
+
+@dataclass
+class StepInsert:
+    values: dict[str, Any]
+
+
+@dataclass
+class StepUpdate:
+    pk: int
+    values: dict[str, Any]
+    # Only update when the step is in one of these statuses (a fact never
+    # overwrites a settled step).
+    only_if_status: tuple[str, ...] = ()
+
+
+@dataclass
+class Event:
+    type: str
+    step_id: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Committed:
+    fenced: bool  # the run's compare-and-set matched
+    state_version: int | None
+    cancel_requested: bool
+    step_pk: int | None  # the inserted or updated step's id, if any row was written
+
+
+STEP_DEFAULTS: dict[str, Any] = {
+    "recovery": None,
+    "input": None,
+    "input_hash": "",
+    "effect_key": None,
+    "request": None,
+    "first_sent_at": None,
+    "last_sent_at": None,
+    "in_flight": False,
+    "attempts": 0,
+    "ambiguous_attempts": 0,
+    "resent_after_absence": False,
+    "recovery_log": [],
+    "retry_deadline": None,
+    "last_error_class": "",
+    "last_error": "",
+    "provider_retry_after": None,
+    "result": None,
+    "result_blob_id": None,
+    "result_hash": "",
+    "provider_reference": "",
+    "compensates_id": None,
+    "model_provider": "",
+    "model_id": "",
+    "prompt_version": "",
+    "tool_schema_version": "",
+    "input_tokens": None,
+    "output_tokens": None,
+    "cost_micros": None,
+    "validation": None,
+    "started_at": None,
+    "completed_at": None,
+}
+STEP_JSON_COLUMNS = frozenset(
+    {"recovery", "input", "request", "result", "validation", "recovery_log"}
+)
+
+
+class Store:
+    def __init__(self, alias: str = "default"):
+        self.alias = alias
+
+    @property
+    def connection(self):
+        return connections[self.alias]
+
+    @property
+    def vendor(self) -> str:
+        return self.connection.vendor
+
+    # --- SQL fragments ---------------------------------------------------------
+
+    def _value(self, value: Any, params: list[Any], *, json_column: bool = False) -> str:
+        pg = self.vendor == "postgresql"
+        if value is NOW:
+            return "statement_timestamp()" if pg else "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+        if isinstance(value, NowPlus):
+            if pg:
+                params.append(float(value.seconds))
+                return "(statement_timestamp() + make_interval(secs => %s))"
+            params.append(f"{value.seconds:+.3f} seconds")
+            return "strftime('%Y-%m-%d %H:%M:%f', 'now', %s)"
+        if isinstance(value, Sql):
+            return value.expression
+        if isinstance(value, Json) or (json_column and value is not None):
+            payload = value.value if isinstance(value, Json) else value
+            if payload is None:
+                return "NULL"
+            if pg:
+                from psycopg.types.json import Jsonb
+
+                params.append(Jsonb(payload))
+                return "%s"
+            params.append(json.dumps(payload))
+            return "%s"
+        if isinstance(value, uuid.UUID):
+            params.append(value if pg else value.hex)
+            return "%s"
+        if isinstance(value, datetime):
+            params.append(value if pg else timezone.make_naive(value, timezone.utc).isoformat(" "))
+            return "%s"
+        params.append(value)
+        return "%s"
+
+    def _assignments(self, values: dict[str, Any], params: list[Any], json_columns=()) -> str:
+        return ", ".join(
+            f"{column} = {self._value(v, params, json_column=column in json_columns)}"
+            for column, v in values.items()
+        )
+
+    def _fence_where(self, fence: Fence, lease_margin: float | None, params: list[Any]) -> str:
+        run_id = self._value(fence.run_id, params)
+        params.extend([fence.version, fence.owner])
+        expiry = self._value(NOW if lease_margin is None else NowPlus(lease_margin), params)
+        return (
+            f"id = {run_id} AND state_version = %s AND lease_owner = %s "
+            f"AND lease_expires_at > {expiry}"
+        )
+
+    # --- transitions -------------------------------------------------------------
+
+    def transition(
+        self,
+        *,
+        fence: Fence | None,
+        run_where: tuple[str, list[Any]] | None = None,
+        run_set: dict[str, Any],
+        step: StepInsert | StepUpdate | None = None,
+        event: Event | None = None,
+        step_is_fact: bool = False,
+        lease_margin: float | None = None,
+        bump_version: bool = True,
+    ) -> Committed:
+        """Write one transition in one commit.
+
+        A decision (the default) writes nothing unless the run's compare-and-set
+        matches. A fact (``step_is_fact``: what a provider answered) is written
+        to its step whatever happened to the lease; only the run's part is fenced.
+        """
+        run_params: list[Any] = []
+        assignments = dict(run_set)
+        if bump_version:
+            assignments = {"state_version": Sql("state_version + 1"), **assignments}
+        assignments.setdefault("updated_at", NOW)
+        set_sql = self._assignments(assignments, run_params)
+        if fence is not None:
+            where_sql = self._fence_where(fence, lease_margin, run_params)
+        else:
+            assert run_where is not None
+            where_sql, where_params = run_where
+            run_params.extend(where_params)
+        run_sql = (
+            f"UPDATE agentruns_run SET {set_sql} WHERE {where_sql} "
+            "RETURNING id, state_version, cancel_requested_at"
+        )
+        run_id = fence.run_id if fence is not None else None
+        if self.vendor == "postgresql":
+            return self._transition_pg(run_sql, run_params, step, event, step_is_fact, run_id)
+        return self._transition_sqlite(run_sql, run_params, step, event, step_is_fact, run_id)
+
+    def _step_sql(self, step: StepInsert | StepUpdate, params: list[Any], *, source: str | None):
+        """SQL writing the step; ``source`` is the CTE that must have matched (PostgreSQL)."""
+        if isinstance(step, StepInsert):
+            values = {**STEP_DEFAULTS, **step.values}
+            values.setdefault("created_at", NOW)
+            columns = ", ".join(values)
+            rendered = ", ".join(
+                self._value(v, params, json_column=c in STEP_JSON_COLUMNS)
+                for c, v in values.items()
+            )
+            if source is None:
+                return f"INSERT INTO agentruns_step ({columns}) VALUES ({rendered}) RETURNING id"
+            return (
+                f"INSERT INTO agentruns_step ({columns}) SELECT {rendered} FROM {source} "
+                "RETURNING id"
+            )
+        set_sql = self._assignments(step.values, params, STEP_JSON_COLUMNS)
+        params.append(step.pk)
+        where = "id = %s"
+        if step.only_if_status:
+            where += f" AND status IN ({', '.join('%s' for _ in step.only_if_status)})"
+            params.extend(step.only_if_status)
+        if source is not None:
+            where += f" AND EXISTS (SELECT 1 FROM {source})"
+        return f"UPDATE agentruns_step SET {set_sql} WHERE {where} RETURNING id"
+
+    def _transition_pg(self, run_sql, run_params, step, event, step_is_fact, run_id):
+        import psycopg
+
+        params: list[Any] = []
+        ctes = []
+        if step is not None and step_is_fact:
+            ctes.append(f"s AS ({self._step_sql(step, params, source=None)})")
+            ctes.append(f"r AS ({run_sql})")
+            params.extend(run_params)
+        else:
+            ctes.append(f"r AS ({run_sql})")
+            params.extend(run_params)
+            if step is not None:
+                ctes.append(f"s AS ({self._step_sql(step, params, source='r')})")
+        if event is not None:
+            if step_is_fact:
+                version_sql = (
+                    "COALESCE((SELECT state_version FROM r), "
+                    "(SELECT state_version FROM agentruns_run WHERE id = %s))"
+                )
+                ctes.append(
+                    "e AS (INSERT INTO agentruns_runevent "
+                    "(run_id, type, state_version, step_id, payload, created_at) "
+                    f"VALUES (%s, %s, {version_sql}, %s, %s, statement_timestamp()))"
+                )
+                params.extend(
+                    [
+                        run_id,
+                        event.type,
+                        run_id,
+                        event.step_id,
+                        psycopg.types.json.Jsonb(event.payload),
+                    ]
+                )
+            else:
+                ctes.append(
+                    "e AS (INSERT INTO agentruns_runevent "
+                    "(run_id, type, state_version, step_id, payload, created_at) "
+                    "SELECT r.id, %s, r.state_version, %s, %s, statement_timestamp() FROM r)"
+                )
+                params.extend([event.type, event.step_id, psycopg.types.json.Jsonb(event.payload)])
+        step_select = "(SELECT id FROM s)" if step is not None else "NULL"
+        sql = (
+            f"WITH {', '.join(ctes)} SELECT (SELECT state_version FROM r), "
+            f"(SELECT cancel_requested_at FROM r) IS NOT NULL, "
+            f"(SELECT count(*) FROM r), {step_select}"
+        )
+        row = self._execute_pg(sql, params)
+        version, cancel_requested, matched, step_pk = row
+        return Committed(bool(matched), version, bool(cancel_requested), step_pk)
+
+    def _execute_pg(self, sql: str, params: list[Any]):
+        import psycopg
+
+        conn = self.connection
+        conn.ensure_connection()
+        # The engine's own statements are server-side prepared on the raw psycopg
+        # connection (Django's cursors bind client-side). Autocommit: each
+        # statement is its own transaction, never part of a caller's atomic().
+        if conn.in_atomic_block:
+            raise RuntimeError("engine transitions must not run inside transaction.atomic()")
+        with psycopg.Cursor(conn.connection) as cursor:
+            cursor.execute(sql, params, prepare=True)
+            return cursor.fetchone()
+
+    def _transition_sqlite(self, run_sql, run_params, step, event, step_is_fact, run_id):
+        conn = self.connection
+        conn.ensure_connection()
+        if conn.in_atomic_block:
+            raise RuntimeError("engine transitions must not run inside transaction.atomic()")
+        raw = conn.connection
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            row = raw.execute(_qmark(run_sql), run_params).fetchone()
+            fenced = row is not None
+            if not fenced and not step_is_fact:
+                raw.execute("ROLLBACK")
+                return Committed(False, None, False, None)
+            version = row[1] if fenced else None
+            cancel_requested = bool(row[2]) if fenced else False
+            step_pk = None
+            if step is not None:
+                params: list[Any] = []
+                written = raw.execute(_qmark(self._step_sql(step, params, source=None)), params)
+                step_row = written.fetchone()
+                step_pk = step_row[0] if step_row else None
+            if event is not None:
+                if version is None:
+                    current = raw.execute(
+                        "SELECT state_version FROM agentruns_run WHERE id = ?", [run_id.hex]
+                    ).fetchone()
+                    event_version = current[0] if current else -1
+                else:
+                    event_version = version
+                event_run = row[0] if fenced else run_id.hex
+                raw.execute(
+                    "INSERT INTO agentruns_runevent "
+                    "(run_id, type, state_version, step_id, payload, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'))",
+                    [
+                        event_run,
+                        event.type,
+                        event_version,
+                        event.step_id,
+                        json.dumps(event.payload),
+                    ],
+                )
+            raw.execute("COMMIT")
+        except BaseException:
+            raw.execute("ROLLBACK")
+            raise
+        return Committed(fenced, version, cancel_requested, step_pk)
+
+    # --- reads -------------------------------------------------------------------
+
+    def db_now(self) -> datetime:
+        if self.vendor == "postgresql":
+            row = self._execute_pg("SELECT statement_timestamp()", [])
+            return row[0]
+        raw = self.connection
+        raw.ensure_connection()
+        value = raw.connection.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").fetchone()[0]
+        return timezone.make_aware(typecast_timestamp(value), timezone.utc)
+
+
+def _qmark(sql: str) -> str:
+    return sql.replace("%s", "?")

@@ -1,0 +1,100 @@
+"""The few named functions the rest of the project uses to drive runs.
+
+Views, commands and the sweeper call these; they never reach into the engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import uuid
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.db.models.functions import Now
+
+from accounts.models import DEFAULT_TENANT_SLUG, Tenant
+from agentruns.models import Run
+from agentruns.runtime import Engine, EngineSettings, FaultPoints, Registry, start_run
+
+log = logging.getLogger("holdfast.services")
+
+
+@cache
+def get_registry() -> Registry:
+    """The agents this deployment runs: every ``Agent`` listed in ``AGENTS`` of each
+    module named by ``HOLDFAST["AGENT_MODULES"]``."""
+    registry = Registry()
+    for module_name in settings.HOLDFAST["AGENT_MODULES"]:
+        module = importlib.import_module(module_name)
+        for agent in getattr(module, "AGENTS", ()):
+            registry.register(agent)
+    return registry
+
+
+def engine_settings() -> EngineSettings:
+    conf = settings.HOLDFAST
+    return EngineSettings(
+        lease_seconds=conf["LEASE_SECONDS"],
+        max_send_budget_seconds=conf["SEND_BUDGET_SECONDS"],
+        time_slice_seconds=conf["TIME_SLICE_SECONDS"],
+        max_claims_without_progress=conf["MAX_CLAIMS_WITHOUT_PROGRESS"],
+        inline_result_limit=conf["INLINE_RESULT_LIMIT"],
+    )
+
+
+@cache
+def _process_faults() -> FaultPoints:
+    # Armed once per process from HOLDFAST_FAULTS, so a point fires once per process.
+    return FaultPoints.from_env()
+
+
+def build_engine() -> Engine:
+    return Engine(
+        registry=get_registry(),
+        settings=engine_settings(),
+        enqueue=run_enqueue,
+        faults=_process_faults(),
+    )
+
+
+def run_enqueue(run_id: uuid.UUID) -> None:
+    """Ask a worker to advance the run. A wake-up only: the lease decides who runs it."""
+    from agentruns.sweeper import push_advance
+
+    Run.objects.filter(pk=run_id).update(enqueued_at=Now())
+    push_advance(str(run_id))
+
+
+def tenant_by_slug(slug: str | None) -> Tenant:
+    return Tenant.objects.get(slug=slug or DEFAULT_TENANT_SLUG)
+
+
+def run_start(
+    *,
+    tenant: Tenant,
+    agent_name: str,
+    input: dict[str, Any],
+    request_id: str | None = None,
+    dedupe_key: str | None = None,
+    requested_by: str = "",
+) -> tuple[Run, bool]:
+    return start_run(
+        registry=get_registry(),
+        tenant=tenant,
+        agent_name=agent_name,
+        input=input,
+        request_id=request_id,
+        dedupe_key=dedupe_key,
+        requested_by=requested_by,
+        enqueue=run_enqueue,
+    )
+
+
+def run_cancel(run_id: uuid.UUID | str, *, by: str) -> Run:
+    return build_engine().request_cancel(run_id, by=by)
+
+
+def run_wake(run_id: uuid.UUID | str, *, by: str) -> bool:
+    return build_engine().wake_now(run_id, by=by)

@@ -1,0 +1,116 @@
+"""The sweeper: gives every working run whose next move is due a worker.
+
+It wakes runs whose retry or timer is due, recovers runs whose lease expired
+(their worker died or stalled), and re-enqueues queued runs nobody picked up.
+It never advances a run itself, and it never wakes one run twice within
+django-q2's redelivery interval (DESIGN §12.5): the claim decides, the sweeper
+only knocks. One sweeper is active at a time, by a lease row (DESIGN §12.9).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q
+from django.db.models.functions import Now
+
+from agentruns.models import TIMED_STATUSES, Run, RunStatus, SweeperLease
+
+log = logging.getLogger("holdfast.sweeper")
+
+SWEEPER_LEASE_NAME = "sweeper"
+
+
+@dataclass
+class SweepReport:
+    woken: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+    # Working runs with nobody responsible for their next move (DESIGN §5).
+    orphaned: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.woken) + len(self.recovered) + len(self.requeued)
+
+
+def _ago(seconds: float):
+    return ExpressionWrapper(Now() - timedelta(seconds=seconds), output_field=DateTimeField())
+
+
+def acquire_sweeper_lease(owner: str, ttl: float) -> bool:
+    SweeperLease.objects.get_or_create(name=SWEEPER_LEASE_NAME)
+    expires = ExpressionWrapper(Now() + timedelta(seconds=ttl), output_field=DateTimeField())
+    taken = (
+        SweeperLease.objects.filter(name=SWEEPER_LEASE_NAME)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__lt=Now()) | Q(owner=owner))
+        .update(owner=owner, expires_at=expires)
+    )
+    return taken == 1
+
+
+def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> SweepReport | None:
+    """One pass. Returns None when another sweeper holds the lease."""
+    conf = settings.HOLDFAST
+    if not acquire_sweeper_lease(owner, ttl=max(5.0, conf["SWEEP_INTERVAL_SECONDS"] * 4)):
+        return None
+    redelivered_before = _ago(conf["REDELIVERY_SECONDS"])
+    report = SweepReport()
+
+    due = Run.objects.filter(status__in=list(TIMED_STATUSES), next_attempt_at__lte=Now()).filter(
+        Q(enqueued_at__isnull=True)
+        | Q(enqueued_at__lt=F("next_attempt_at"))
+        | Q(enqueued_at__lt=redelivered_before)
+    )
+    expired = Run.objects.filter(
+        status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__lt=Now()
+    ).filter(
+        Q(enqueued_at__isnull=True)
+        | Q(enqueued_at__lt=F("lease_expires_at"))
+        | Q(enqueued_at__lt=redelivered_before)
+    )
+    stale = (
+        Run.objects.filter(status=RunStatus.QUEUED)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=Now()))
+        .filter(
+            Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=_ago(conf["REQUEUE_AFTER_SECONDS"]))
+        )
+    )
+
+    for queryset, bucket in (
+        (due, report.woken),
+        (expired, report.recovered),
+        (stale, report.requeued),
+    ):
+        for run_id, enqueued_at in queryset.values_list("id", "enqueued_at")[:limit]:
+            # Compare-and-set on enqueued_at: a second sweeper (or a pass that
+            # overlaps this one) cannot knock on the same run twice.
+            if Run.objects.filter(pk=run_id, enqueued_at=enqueued_at).update(enqueued_at=Now()):
+                push(str(run_id))
+                bucket.append(str(run_id))
+
+    orphans = Run.objects.filter(
+        Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__isnull=True)
+        | Q(status__in=list(TIMED_STATUSES), next_attempt_at__isnull=True)
+    ).values_list("id", "status")[:limit]
+    for run_id, status in orphans:
+        report.orphaned.append(str(run_id))
+        log.error("run %s is %s with nobody responsible for its next move", run_id, status)
+    if report.total:
+        log.info(
+            "sweep: woke %d, recovered %d, requeued %d",
+            len(report.woken),
+            len(report.recovered),
+            len(report.requeued),
+        )
+    return report
+
+
+def push_advance(run_id: str) -> None:
+    from django_q.tasks import async_task
+
+    async_task("agentruns.tasks.advance_run", run_id, group="advance_run")

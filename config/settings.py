@@ -1,0 +1,214 @@
+"""Holdfast settings: one module, every difference between environments from the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from config.env import env_bool, env_float, env_int, env_list, env_str, postgres_from_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("HOLDFAST_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("HOLDFAST_REQUIRE_SECRET_KEY", False):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set")
+    # The embedded default keeps a generated key in var/ so sessions survive restarts.
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        import secrets
+
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    SECRET_KEY = key_file.read_text().strip()
+
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "django_q",
+    "channels",
+    "accounts",
+    "agentruns",
+    "approvals",
+    "reconciliation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Databases ---------------------------------------------------------------
+# SQLite is the embedded default. WAL lets readers run beside the one writer;
+# IMMEDIATE transactions take the write lock at BEGIN so a read-then-write never
+# fails with "database is locked" without waiting; the busy timeout stays far
+# below the run lease so a writer that waits still has a lease when it gets in.
+SQLITE_BUSY_TIMEOUT = env_float("HOLDFAST_SQLITE_BUSY_TIMEOUT", 1.0)
+
+
+def _sqlite(path: Path, test_path: Path) -> dict:
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": path,
+        "OPTIONS": {
+            "timeout": SQLITE_BUSY_TIMEOUT,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
+        },
+        "TEST": {"NAME": test_path},
+    }
+
+
+DATABASE_URL = env_str("DATABASE_URL", "")
+if DATABASE_URL:
+    DATABASES = {"default": postgres_from_url(DATABASE_URL)}
+    DATABASES["default"]["CONN_MAX_AGE"] = env_int("HOLDFAST_CONN_MAX_AGE", 60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    Q_ORM_ALIAS = "default"
+else:
+    sqlite_path = Path(env_str("HOLDFAST_SQLITE_PATH", str(VAR_DIR / "holdfast.sqlite3")))
+    DATABASES = {
+        "default": _sqlite(sqlite_path, VAR_DIR / "test-holdfast.sqlite3"),
+        # django-q2's queue lives in its own file so its pusher and monitor never
+        # take the write lock the engine's step commits need.
+        "queue": _sqlite(
+            sqlite_path.with_name(sqlite_path.stem + "-queue.sqlite3"),
+            VAR_DIR / "test-holdfast-queue.sqlite3",
+        ),
+    }
+    Q_ORM_ALIAS = "queue"
+DATABASE_ROUTERS = ["config.routers.QueueRouter"]
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+MEDIA_ROOT = Path(env_str("HOLDFAST_MEDIA_ROOT", str(VAR_DIR / "media")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+LOGIN_URL = "admin:login"
+
+# --- Channels ----------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Workers (django-q2) -----------------------------------------------------
+# django-q2 only wakes runs; leases in the Run table decide who runs. A task is
+# acknowledged even when it fails (the engine owns retries), its timeout stays
+# below the broker's redelivery interval, and the prefetch queue stays small so
+# a prefetched task never waits long enough to be redelivered.
+HOLDFAST_TASK_TIMEOUT = env_int("HOLDFAST_TASK_TIMEOUT", 60)
+Q_CLUSTER = {
+    "name": "holdfast",
+    "workers": env_int("HOLDFAST_WORKERS", 2),
+    "recycle": 500,
+    "timeout": HOLDFAST_TASK_TIMEOUT,
+    "retry": HOLDFAST_TASK_TIMEOUT + 30,
+    "max_attempts": 1,
+    "ack_failures": True,
+    "save_limit": env_int("HOLDFAST_Q_SAVE_LIMIT", 100),
+    "queue_limit": env_int("HOLDFAST_WORKERS", 2),
+    "catch_up": False,
+    "poll": 0.1,
+    "orm": Q_ORM_ALIAS,
+    "label": "Workers",
+}
+
+# --- Engine ------------------------------------------------------------------
+HOLDFAST = {
+    # Modules whose import registers agents.
+    "AGENT_MODULES": env_list("HOLDFAST_AGENT_MODULES", []),
+    # A lease is short so a dead worker's run is recovered within seconds; a live
+    # worker renews it between steps and while a call is within its timeout.
+    "LEASE_SECONDS": env_float("HOLDFAST_LEASE_SECONDS", 4.0),
+    # An effect is sent only while the lease outlives this budget (DESIGN §12.1).
+    "SEND_BUDGET_SECONDS": env_float("HOLDFAST_SEND_BUDGET_SECONDS", 30.0),
+    # How long one task advances a run before handing it back to the queue.
+    "TIME_SLICE_SECONDS": env_float("HOLDFAST_TIME_SLICE_SECONDS", HOLDFAST_TASK_TIMEOUT / 2),
+    # Claims without progress before a run is blocked as a crash loop (DESIGN §12.4).
+    "MAX_CLAIMS_WITHOUT_PROGRESS": env_int("HOLDFAST_MAX_CLAIMS_WITHOUT_PROGRESS", 5),
+    # A queued run nobody claimed in this long is enqueued again.
+    "REQUEUE_AFTER_SECONDS": env_float("HOLDFAST_REQUEUE_AFTER_SECONDS", 15.0),
+    # The sweeper never wakes one run twice within django-q2's redelivery interval.
+    "REDELIVERY_SECONDS": float(Q_CLUSTER["retry"]),
+    "SWEEP_INTERVAL_SECONDS": env_float("HOLDFAST_SWEEP_INTERVAL_SECONDS", 0.5),
+    # Step results larger than this go to Blob storage.
+    "INLINE_RESULT_LIMIT": env_int("HOLDFAST_INLINE_RESULT_LIMIT", 256 * 1024),
+}
+
+# --- Model providers ---------------------------------------------------------
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "https://api.openai.com/v1")
+OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
+OPENAI_MODEL = env_str("OPENAI_MODEL", "gpt-4o-mini")
+OPENAI_TIMEOUT_SECONDS = env_float("OPENAI_TIMEOUT_SECONDS", 20.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("HOLDFAST_LOG_LEVEL", "INFO")},
+}
