@@ -134,7 +134,7 @@ class Run(models.Model):
             models.UniqueConstraint(
                 fields=["tenant", "agent_name", "dedupe_key"],
                 condition=Q(dedupe_key__isnull=False)
-                & ~Q(status__in=[s.value for s in TERMINAL_STATUSES]),
+                & ~Q(status__in=sorted(s.value for s in TERMINAL_STATUSES)),
                 name="run_one_active_per_dedupe_key",
             ),
         ]
@@ -142,7 +142,7 @@ class Run(models.Model):
             # sweeper: runs whose retry or timer is due
             models.Index(
                 fields=["next_attempt_at"],
-                condition=Q(status__in=[s.value for s in TIMED_STATUSES]),
+                condition=Q(status__in=sorted(s.value for s in TIMED_STATUSES)),
                 name="run_due_wakeups",
             ),
             # sweeper: runs whose lease may have expired
@@ -193,9 +193,7 @@ class Step(models.Model):
     input = models.JSONField(null=True, blank=True)
     input_hash = models.CharField(max_length=64)
     # NULL for steps without an effect: unique ignores NULLs, never "".
-    effect_key = models.CharField(  # noqa: DJ001
-        max_length=100, null=True, blank=True, unique=True
-    )
+    effect_key = models.CharField(max_length=100, null=True, blank=True, unique=True)
     # The exact outbound request; every resend sends this, never a rebuilt one.
     request = models.JSONField(null=True, blank=True)
     first_sent_at = models.DateTimeField(null=True, blank=True)
