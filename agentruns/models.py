@@ -11,7 +11,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Now
+from django.utils import timezone
 
 
 class RunStatus(models.TextChoices):
@@ -118,8 +118,8 @@ class Run(models.Model):
     tokens_used = models.BigIntegerField(default=0)
     cost_micros = models.BigIntegerField(default=0)
 
-    created_at = models.DateTimeField(db_default=Now())
-    updated_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = QuerySetRun.as_manager()
@@ -173,7 +173,7 @@ class Blob(models.Model):
     sha256 = models.CharField(max_length=64, primary_key=True)
     size = models.BigIntegerField()
     storage_name = models.CharField(max_length=300)
-    created_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
         return f"blob {self.sha256[:12]} ({self.size} bytes)"
@@ -233,7 +233,7 @@ class Step(models.Model):
     cost_micros = models.BigIntegerField(null=True, blank=True)
     validation = models.JSONField(null=True, blank=True)
 
-    created_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 
@@ -256,7 +256,7 @@ class RunEvent(models.Model):
     state_version = models.BigIntegerField()
     step_id = models.CharField(max_length=200, blank=True)
     payload = models.JSONField(default=dict)
-    created_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["id"]

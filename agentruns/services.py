@@ -12,9 +12,9 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db.models.functions import Now
 
 from accounts.models import DEFAULT_TENANT_SLUG, Tenant
+from agentruns.dbclock import DbNow
 from agentruns.models import Run
 from agentruns.runtime import Engine, EngineSettings, FaultPoints, Registry, start_run
 
@@ -63,7 +63,7 @@ def run_enqueue(run_id: uuid.UUID) -> None:
     """Ask a worker to advance the run. A wake-up only: the lease decides who runs it."""
     from agentruns.sweeper import push_advance
 
-    Run.objects.filter(pk=run_id).update(enqueued_at=Now())
+    Run.objects.filter(pk=run_id).update(enqueued_at=DbNow())
     push_advance(str(run_id))
 
 

@@ -16,8 +16,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
-from django.db.models.functions import Now
 
+from agentruns.dbclock import DbNow
 from agentruns.models import TIMED_STATUSES, Run, RunStatus, SweeperLease
 
 log = logging.getLogger("holdfast.sweeper")
@@ -39,15 +39,15 @@ class SweepReport:
 
 
 def _ago(seconds: float):
-    return ExpressionWrapper(Now() - timedelta(seconds=seconds), output_field=DateTimeField())
+    return ExpressionWrapper(DbNow() - timedelta(seconds=seconds), output_field=DateTimeField())
 
 
 def acquire_sweeper_lease(owner: str, ttl: float) -> bool:
     SweeperLease.objects.get_or_create(name=SWEEPER_LEASE_NAME)
-    expires = ExpressionWrapper(Now() + timedelta(seconds=ttl), output_field=DateTimeField())
+    expires = ExpressionWrapper(DbNow() + timedelta(seconds=ttl), output_field=DateTimeField())
     taken = (
         SweeperLease.objects.filter(name=SWEEPER_LEASE_NAME)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__lt=Now()) | Q(owner=owner))
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__lt=DbNow()) | Q(owner=owner))
         .update(owner=owner, expires_at=expires)
     )
     return taken == 1
@@ -61,13 +61,13 @@ def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> Sweep
     redelivered_before = _ago(conf["REDELIVERY_SECONDS"])
     report = SweepReport()
 
-    due = Run.objects.filter(status__in=list(TIMED_STATUSES), next_attempt_at__lte=Now()).filter(
+    due = Run.objects.filter(status__in=list(TIMED_STATUSES), next_attempt_at__lte=DbNow()).filter(
         Q(enqueued_at__isnull=True)
         | Q(enqueued_at__lt=F("next_attempt_at"))
         | Q(enqueued_at__lt=redelivered_before)
     )
     expired = Run.objects.filter(
-        status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__lt=Now()
+        status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__lt=DbNow()
     ).filter(
         Q(enqueued_at__isnull=True)
         | Q(enqueued_at__lt=F("lease_expires_at"))
@@ -75,7 +75,7 @@ def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> Sweep
     )
     stale = (
         Run.objects.filter(status=RunStatus.QUEUED)
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=Now()))
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=DbNow()))
         .filter(
             Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=_ago(conf["REQUEUE_AFTER_SECONDS"]))
         )
@@ -89,7 +89,7 @@ def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> Sweep
         for run_id, enqueued_at in queryset.values_list("id", "enqueued_at")[:limit]:
             # Compare-and-set on enqueued_at: a second sweeper (or a pass that
             # overlaps this one) cannot knock on the same run twice.
-            if Run.objects.filter(pk=run_id, enqueued_at=enqueued_at).update(enqueued_at=Now()):
+            if Run.objects.filter(pk=run_id, enqueued_at=enqueued_at).update(enqueued_at=DbNow()):
                 push(str(run_id))
                 bucket.append(str(run_id))
 

@@ -180,7 +180,7 @@ Q_CLUSTER = {
 # --- Engine ------------------------------------------------------------------
 HOLDFAST = {
     # Modules whose import registers agents.
-    "AGENT_MODULES": env_list("HOLDFAST_AGENT_MODULES", []),
+    "AGENT_MODULES": env_list("HOLDFAST_AGENT_MODULES", ["examples.agents"]),
     # A lease is short so a dead worker's run is recovered within seconds; a live
     # worker renews it between steps and while a call is within its timeout.
     "LEASE_SECONDS": env_float("HOLDFAST_LEASE_SECONDS", 4.0),
@@ -212,3 +212,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("HOLDFAST_LOG_LEVEL", "INFO")},
 }
+
+# The password `make run` gives the demo admin login; never used outside the demo.
+HOLDFAST_DEMO_PASSWORD = env_str("HOLDFAST_DEMO_PASSWORD", "holdfast-demo")

@@ -23,6 +23,8 @@ from django.db import connections
 from django.db.backends.utils import typecast_timestamp
 from django.utils import timezone
 
+from agentruns.dbclock import POSTGRES_NOW, SQLITE_NOW, SQLITE_NOW_PLUS
+
 
 class _Now:
     def __repr__(self) -> str:
@@ -142,13 +144,13 @@ class Store:
     def _value(self, value: Any, params: list[Any], *, json_column: bool = False) -> str:
         pg = self.vendor == "postgresql"
         if value is NOW:
-            return "statement_timestamp()" if pg else "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+            return POSTGRES_NOW if pg else SQLITE_NOW
         if isinstance(value, NowPlus):
             if pg:
                 params.append(float(value.seconds))
                 return "(statement_timestamp() + make_interval(secs => %s))"
             params.append(f"{value.seconds:+.3f} seconds")
-            return "strftime('%Y-%m-%d %H:%M:%f', 'now', %s)"
+            return SQLITE_NOW_PLUS.format(modifier="%s")
         if isinstance(value, Sql):
             return value.expression
         if isinstance(value, Json) or (json_column and value is not None):
@@ -351,7 +353,7 @@ class Store:
                 raw.execute(
                     "INSERT INTO agentruns_runevent "
                     "(run_id, type, state_version, step_id, payload, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'))",
+                    f"VALUES (?, ?, ?, ?, ?, {SQLITE_NOW})",
                     [
                         event_run,
                         event.type,
@@ -374,7 +376,7 @@ class Store:
             return row[0]
         raw = self.connection
         raw.ensure_connection()
-        value = raw.connection.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").fetchone()[0]
+        value = raw.connection.execute(f"SELECT {SQLITE_NOW}").fetchone()[0]
         return timezone.make_aware(typecast_timestamp(value), timezone.utc)
 
 

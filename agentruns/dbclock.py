@@ -1,0 +1,29 @@
+"""The database's clock, as one expression for the ORM and the engine's own SQL.
+
+Every comparison of timestamps happens in SQL with the database's clock
+(DESIGN §12.10). PostgreSQL: ``statement_timestamp()`` (``now()`` is fixed at
+transaction start). SQLite: ``'now'`` padded to microseconds, so the text it
+writes has exactly the shape Django writes for a datetime and equal instants
+compare equal as text.
+"""
+
+from __future__ import annotations
+
+from django.db.models import DateTimeField, Func
+
+SQLITE_NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+SQLITE_NOW_PLUS = "(strftime('%Y-%m-%d %H:%M:%f', 'now', {modifier}) || '000')"
+POSTGRES_NOW = "statement_timestamp()"
+
+
+class DbNow(Func):
+    template = "CURRENT_TIMESTAMP"
+    output_field = DateTimeField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template=POSTGRES_NOW, **extra_context)
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        return self.as_sql(
+            compiler, connection, template=SQLITE_NOW.replace("%", "%%"), **extra_context
+        )

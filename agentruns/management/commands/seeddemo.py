@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from accounts.models import Tenant
+from agentruns.runtime import AdmissionError
+from agentruns.services import get_registry, run_start
+
+DEMO_RUNS = [
+    ("demo-status-1", "order_status", {"order_id": "A-1001", "follow_up_seconds": 5}),
+    ("demo-status-2", "order_status", {"order_id": "A-1002", "follow_up_seconds": 20}),
+    ("demo-status-3", "order_status", {"order_id": "A-9999", "follow_up_seconds": 0}),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo tenant, an admin login and a few demo runs (safe to run again)."
+
+    def handle(self, *args, **options):
+        tenant, _ = Tenant.objects.get_or_create(slug="default", defaults={"name": "Default"})
+        username = "admin"
+        password = settings.HOLDFAST_DEMO_PASSWORD
+        User = get_user_model()
+        if not User.objects.filter(username=username).exists():
+            User.objects.create_superuser(username, "admin@example.com", password)
+        known = set(get_registry().names())
+        started = 0
+        for request_id, agent_name, payload in DEMO_RUNS:
+            if agent_name not in known:
+                continue
+            try:
+                _, created = run_start(
+                    tenant=tenant,
+                    agent_name=agent_name,
+                    input=payload,
+                    request_id=request_id,
+                    requested_by="seeddemo",
+                )
+            except AdmissionError as exc:
+                self.stderr.write(f"demo run {request_id}: {exc}")
+                continue
+            started += created
+        self.stdout.write(
+            f"Demo ready: {started} new run(s).\n"
+            f"  Site:  http://127.0.0.1:8000/admin/\n"
+            f"  Login: {username} / {password}  (set HOLDFAST_DEMO_PASSWORD to change)"
+        )
