@@ -164,7 +164,7 @@ HOLDFAST_TASK_TIMEOUT = env_int("HOLDFAST_TASK_TIMEOUT", 60)
 Q_CLUSTER = {
     "name": "holdfast",
     "workers": env_int("HOLDFAST_WORKERS", 2),
-    "recycle": 500,
+    "recycle": env_int("HOLDFAST_Q_RECYCLE", 500),
     "timeout": HOLDFAST_TASK_TIMEOUT,
     "retry": HOLDFAST_TASK_TIMEOUT + 30,
     "max_attempts": 1,
