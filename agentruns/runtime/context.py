@@ -18,11 +18,13 @@ never re-executed under a new effect key.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from agentruns.runtime.control import Abandon, Stop
 from agentruns.runtime.tools import ToolResult
 
 if TYPE_CHECKING:
@@ -79,6 +81,30 @@ def tool_message(call: ModelToolCall, result: ToolResult) -> dict[str, Any]:
     }
 
 
+class AgentUsageError(ValueError):
+    """Agent code asked for something its declaration does not allow (an undeclared tool)."""
+
+
+def _engine_call(method):
+    """Keep the engine's own failures out of agent code's reach.
+
+    A database error while recording a step is not the agent's failure: it
+    must not be caught by agent code nor end the run as failed. It abandons the
+    claim; the lease expires and another worker replays from the last fact.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (Stop, AgentUsageError):
+            raise
+        except Exception as exc:
+            raise Abandon(exc) from exc
+
+    return wrapper
+
+
 class RunContext:
     """The only door from agent code to the world."""
 
@@ -94,6 +120,7 @@ class RunContext:
         """The agent configuration pinned to this run when it started."""
         return self._advance.snapshot.get("config", {})
 
+    @_engine_call
     def model(
         self,
         messages: list[dict[str, Any]],
@@ -108,6 +135,7 @@ class RunContext:
         """
         return self._advance.model_step(messages, tools=tools, temperature=temperature)
 
+    @_engine_call
     def tool(self, name: str, args: dict[str, Any]) -> ToolResult:
         """Call a tool. Effects run at most once; what they answered is recorded.
 
@@ -127,14 +155,17 @@ class RunContext:
             )
         return self.tool(call.name, call.arguments)
 
+    @_engine_call
     def now(self) -> datetime:
         """The database's time, recorded: replay returns the same instant."""
         return self._advance.clock_step()
 
+    @_engine_call
     def random(self) -> float:
         """A random float in [0, 1), recorded: replay returns the same number."""
         return self._advance.random_step()
 
+    @_engine_call
     def sleep(self, duration: float | timedelta) -> None:
         """Suspend the run for ``duration``; no process waits meanwhile."""
         seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)

@@ -29,7 +29,7 @@ from django.core.files.storage import default_storage
 from django.db import connections
 from pydantic import ValidationError
 
-from agentruns.llm.base import ModelError, ModelReply, ModelRequest
+from agentruns.llm.base import ModelError, ModelReply, ModelRequest, ModelUnavailable
 from agentruns.models import (
     RUNNABLE_STATUSES,
     TERMINAL_STATUSES,
@@ -41,7 +41,12 @@ from agentruns.models import (
     StepStatus,
 )
 from agentruns.runtime import faults as fault_points
-from agentruns.runtime.context import ModelResponse, ModelToolCall, RunContext
+from agentruns.runtime.context import (
+    AgentUsageError,
+    ModelResponse,
+    ModelToolCall,
+    RunContext,
+)
 from agentruns.runtime.control import (
     Abandon,
     Blocked,
@@ -575,7 +580,7 @@ class _Advance:
         tool_names = list(all_tools) if tools is None else list(tools)
         unknown = [n for n in tool_names if n not in all_tools]
         if unknown:
-            raise ValueError(f"ctx.model: tools not declared by the agent: {unknown}")
+            raise AgentUsageError(f"ctx.model: tools not declared by the agent: {unknown}")
         step_input = {
             "provider": spec.get("provider"),
             "model": spec.get("model"),
@@ -610,6 +615,8 @@ class _Advance:
                 reply = provider.complete(request, timeout=timeout)
         except ModelError as exc:
             error = exc
+        except Exception as exc:  # an adapter bug: nothing usable came back
+            error = ModelUnavailable(f"{type(exc).__name__}: {exc}")
         self._reach(fault_points.AFTER_CALL_RETURNED, "chat")
         evidence = {
             "model_provider": spec.get("provider", ""),
@@ -857,7 +864,7 @@ class _Advance:
     def tool_step(self, name: str, args: dict[str, Any]) -> ToolResult:
         tool = self.agent.tool(name)
         if tool is None:
-            raise ValueError(f"ctx.tool: agent {self.agent.name!r} declares no tool {name!r}")
+            raise AgentUsageError(f"ctx.tool: agent {self.agent.name!r} declares no tool {name!r}")
         try:
             canonical = tool.args_model.model_validate(args).model_dump(mode="json")
         except ValidationError as exc:

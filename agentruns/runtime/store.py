@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
@@ -168,7 +168,7 @@ class Store:
             params.append(value if pg else value.hex)
             return "%s"
         if isinstance(value, datetime):
-            params.append(value if pg else timezone.make_naive(value, timezone.utc).isoformat(" "))
+            params.append(value if pg else timezone.make_naive(value, UTC).isoformat(" "))
             return "%s"
         params.append(value)
         return "%s"
@@ -377,7 +377,7 @@ class Store:
         raw = self.connection
         raw.ensure_connection()
         value = raw.connection.execute(f"SELECT {SQLITE_NOW}").fetchone()[0]
-        return timezone.make_aware(typecast_timestamp(value), timezone.utc)
+        return timezone.make_aware(typecast_timestamp(value), UTC)
 
 
 def _qmark(sql: str) -> str:
