@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from decimal import Decimal  # noqa: F401  (used by tests)
+
 from pydantic import BaseModel, Field
 
 from agentruns.llm.scripted import ScriptedCall, ScriptedReply
