@@ -1,0 +1,76 @@
+"""Compensation: undo steps run newest first, durably, with their own effect keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentruns.models import Step
+from agentruns.runtime import Registry, agent, faults
+from tests.agentruns.runtime import agents
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@agent(name="double_charge", version=1, tools=agents.TOOLS)
+def double_charge(ctx, input):
+    ctx.tool("charge", {"order_id": "o-1", "amount": 100})
+    ctx.tool("send_email", {"to": "a@example.com", "body": "charged"})
+    ctx.tool("charge", {"order_id": "o-2", "amount": 200})
+    raise RuntimeError("the agent could not finish")
+
+
+@pytest.fixture
+def compensating(harness):
+    harness.registry = Registry([double_charge, *harness.registry._agents.values()])
+    harness.engine = harness.build()
+    return harness
+
+
+def test_a_failed_run_undoes_its_effects_newest_first(compensating, provider):
+    run = compensating.start("double_charge")
+    assert compensating.advance(run) == "finished:failed_after_effect"
+    run.refresh_from_db()
+    undo = list(Step.objects.filter(run=run, kind="compensation").order_by("seq"))
+    charges = list(Step.objects.filter(run=run, name="charge").order_by("seq"))
+    assert [u.compensates_id for u in undo] == [charges[1].pk, charges[0].pk]
+    assert [u.input for u in undo] == [
+        {"charge_id": charges[1].provider_reference},
+        {"charge_id": charges[0].provider_reference},
+    ]
+    assert all(u.effect_key and u.effect_key not in {c.effect_key for c in charges}
+               for u in undo)
+    # The email has no undo: something remains true, so not "compensated".
+    assert run.status == "failed_after_effect"
+    assert run.outcome_detail.startswith("agent code raised RuntimeError")
+
+
+def test_compensation_resumes_after_a_crash_without_undoing_twice(compensating, provider):
+    engine = compensating.build()
+
+    def crash():
+        raise SystemExit("worker killed")
+
+    engine.faults.arm(faults.AFTER_RESULT_RECORDED, crash, step_name="refund_charge")
+    run = compensating.start("double_charge")
+    with pytest.raises(SystemExit):
+        compensating.advance(run, engine)
+    run.refresh_from_db()
+    assert run.status == "partially_completed_compensation_running"
+    compensating.expire_lease(run)
+    assert compensating.advance(run) == "finished:failed_after_effect"
+    assert provider.calls["refund_charge"] == 2
+    assert Step.objects.filter(run=run, kind="compensation").count() == 2
+
+
+def test_a_run_whose_every_effect_was_undone_is_compensated(harness, provider):
+    run = harness.start("flow", {"fail_after_charge": True})
+    assert harness.advance(run) == "finished:compensated"
+    assert provider.calls["refund_charge"] == 1
+
+
+def test_an_undo_refused_for_good_leaves_the_run_failed_after_effect(harness, provider):
+    provider.script["refund_charge"] = ["refuse"]
+    run = harness.start("flow", {"fail_after_charge": True})
+    assert harness.advance(run) == "finished:failed_after_effect"
+    undo = Step.objects.get(run=run, kind="compensation")
+    assert undo.status == "failed"
