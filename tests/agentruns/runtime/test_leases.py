@@ -1,0 +1,142 @@
+"""One owner at a time: claims race on one UPDATE, a lost lease stops a worker cold."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections
+
+from agentruns.models import Run
+from agentruns.runtime import faults
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _in_threads(count, target):
+    barrier = threading.Barrier(count)
+    results = [None] * count
+
+    def work(i):
+        try:
+            barrier.wait()
+            results[i] = target(i)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_two_workers_racing_for_a_run_yield_one_advance(harness, provider):
+    run = harness.start("flow")
+    outcomes = _in_threads(2, lambda i: harness.build().advance(run.id, owner=f"worker-{i}"))
+    assert sorted(outcomes) == ["finished:completed", "not_claimed"]
+    assert provider.calls["lookup_order"] == 1
+    assert provider.effect_count() == 1
+
+
+def test_two_workers_recovering_an_expired_lease_yield_one_advance(harness, provider):
+    engine = harness.build()
+
+    def crash():
+        raise SystemExit("worker killed")
+
+    engine.faults.arm(faults.AFTER_RESULT_RECORDED, crash, step_name="lookup_order")
+    run = harness.start("flow")
+    with pytest.raises(SystemExit):
+        harness.advance(run, engine)
+    harness.expire_lease(run)
+    outcomes = _in_threads(2, lambda i: harness.build().advance(run.id, owner=f"rescuer-{i}"))
+    assert sorted(outcomes) == ["finished:completed", "not_claimed"]
+    assert provider.calls["charge"] == 1
+
+
+def test_a_worker_whose_lease_was_taken_over_fails_its_next_transition(harness, provider):
+    """Worker A stalls after a read; B takes over and finishes; A's next write fails."""
+    stalled = harness.build()
+    run = harness.start("flow")
+    takeover = {}
+
+    def lose_the_lease():
+        harness.expire_lease(run)
+        takeover["outcome"] = harness.build().advance(run.id, owner="worker-b")
+
+    stalled.faults.arm(faults.AFTER_CALL_RETURNED, lose_the_lease, step_name="lookup_order")
+    assert stalled.advance(run.id, owner="worker-a") == "lease_lost"
+    assert takeover["outcome"] == "finished:completed"
+    assert provider.calls["charge"] == 1
+    assert provider.effect_count() == 1
+    assert Run.objects.get(pk=run.id).status == "completed"
+
+
+def test_a_worker_that_stalls_past_its_send_budget_does_not_send(harness, provider):
+    clock = {"now": 1000.0}
+    stalled = harness.build(monotonic=lambda: clock["now"])
+    run = harness.start("flow")
+
+    def stall():
+        clock["now"] += 3600  # paused for an hour between clearing the send and sending
+
+    stalled.faults.arm(faults.AFTER_STEP_RUNNING, stall, step_name="charge")
+    assert stalled.advance(run.id, owner="worker-a") == "lease_lost"
+    assert provider.calls["charge"] == 0
+    step = run.steps.get(name="charge")
+    assert step.status == "running" and step.in_flight
+    # Another worker recovers it under the same key once the lease has lapsed.
+    harness.expire_lease(run)
+    assert harness.advance(run) == "finished:completed"
+    assert provider.calls["charge"] == 1
+
+
+def test_a_late_answer_is_recorded_even_after_the_lease_was_lost(harness, provider):
+    """A fact is not a decision: what the provider said is kept, whoever owns the run."""
+    slow = harness.build()
+    run = harness.start("flow")
+
+    def lease_taken_during_the_call():
+        # Another worker bumped the version while this one waited for the provider.
+        Run.objects.filter(pk=run.id).update(state_version=999)
+
+    provider.hooks["charge"] = lease_taken_during_the_call
+    assert slow.advance(run.id, owner="worker-a") == "lease_lost"
+    step = run.steps.get(name="charge")
+    assert step.status == "succeeded"
+    assert step.provider_reference == "ch_1"
+
+
+def test_a_crash_loop_ends_in_blocked(harness, provider):
+    engine = harness.build()
+
+    def crash():
+        raise SystemExit("worker killed")
+
+    engine.faults.arm(faults.BEFORE_STEP_RECORDED, crash, step_name="lookup_order", times=100)
+    run = harness.start("flow")
+    limit = harness.settings.max_claims_without_progress
+    for _ in range(limit):
+        with pytest.raises(SystemExit):
+            harness.advance(run, engine)
+        harness.expire_lease(run)
+    assert harness.advance(run, engine) == "blocked"
+    run.refresh_from_db()
+    assert run.status == "blocked"
+    assert run.outcome_detail.startswith(f"crash loop: claimed {limit + 1} times")
+    assert provider.calls["lookup_order"] == 0
+
+
+def test_a_leased_run_cannot_be_claimed(harness):
+    engine = harness.build()
+    seen = {}
+
+    def try_to_claim():
+        seen["other"] = harness.build().advance(run.id, owner="intruder")
+
+    engine.faults.arm(faults.AFTER_RESULT_RECORDED, try_to_claim, step_name="lookup_order")
+    run = harness.start("flow")
+    assert engine.advance(run.id) == "finished:completed"
+    assert seen["other"] == "not_claimed"
