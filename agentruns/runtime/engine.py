@@ -434,6 +434,7 @@ class _Advance:
         event=None,
         fact: bool = False,
         lease_margin: float | None = None,
+        unless_cancelled: bool = False,
     ):
         run_set = dict(run_set or {})
         # Every fenced write also renews the lease: a live worker keeps its run.
@@ -445,6 +446,7 @@ class _Advance:
             event=event,
             step_is_fact=fact,
             lease_margin=lease_margin,
+            unless_cancelled=unless_cancelled,
         )
         if committed.fenced:
             self.fence = Fence(self.fence.run_id, committed.state_version, self.fence.owner)
@@ -454,6 +456,8 @@ class _Advance:
     def _decide(self, **kwargs):
         committed = self._commit(**kwargs)
         if not committed.fenced:
+            if kwargs.get("unless_cancelled") and committed.cancel_requested:
+                raise Finish(Ending.CANCELLED, "cancelled by request")
             raise LeaseLost()
         return committed
 
@@ -1263,10 +1267,13 @@ class _Advance:
             if interrupted:
                 values["ambiguous_attempts"] = Sql("ambiguous_attempts + 1")
             write = StepUpdate(step.pk, values)
+        # A new effect is never sent once a cancel was requested; a resend of an
+        # unsettled one is, because its outcome must be settled first.
         self._decide(
             run_set={**run_set, "current_step": step_id},
             step=write,
             event=Event("effect_sent", step_id, {"tool": tool.name}),
+            unless_cancelled=insert is not None,
         )
         armed_at = self.engine.monotonic()
         if insert is not None:

@@ -201,12 +201,15 @@ class Store:
         step_is_fact: bool = False,
         lease_margin: float | None = None,
         bump_version: bool = True,
+        unless_cancelled: bool = False,
     ) -> Committed:
         """Write one transition in one commit.
 
         A decision (the default) writes nothing unless the run's compare-and-set
         matches. A fact (``step_is_fact``: what a provider answered) is written
         to its step whatever happened to the lease; only the run's part is fenced.
+        ``unless_cancelled`` also refuses the decision once a cancel was requested
+        (a new effect is never sent after that); the result then says so.
         """
         run_params: list[Any] = []
         assignments = dict(run_set)
@@ -220,14 +223,35 @@ class Store:
             assert run_where is not None
             where_sql, where_params = run_where
             run_params.extend(where_params)
+        if unless_cancelled:
+            where_sql += " AND cancel_requested_at IS NULL"
         run_sql = (
             f"UPDATE agentruns_run SET {set_sql} WHERE {where_sql} "
             "RETURNING id, state_version, cancel_requested_at"
         )
         run_id = fence.run_id if fence is not None else None
         if self.vendor == "postgresql":
-            return self._transition_pg(run_sql, run_params, step, event, step_is_fact, run_id)
-        return self._transition_sqlite(run_sql, run_params, step, event, step_is_fact, run_id)
+            committed = self._transition_pg(run_sql, run_params, step, event, step_is_fact, run_id)
+        else:
+            committed = self._transition_sqlite(
+                run_sql, run_params, step, event, step_is_fact, run_id
+            )
+        if unless_cancelled and not committed.fenced and run_id is not None:
+            return Committed(False, None, self.cancel_requested(run_id), committed.step_pk)
+        return committed
+
+    def cancel_requested(self, run_id: uuid.UUID) -> bool:
+        params: list[Any] = []
+        sql = (
+            "SELECT cancel_requested_at IS NOT NULL FROM agentruns_run "
+            f"WHERE id = {self._value(run_id, params)}"
+        )
+        if self.vendor == "postgresql":
+            row = self._execute_pg(sql, params)
+        else:
+            self.connection.ensure_connection()
+            row = self.connection.connection.execute(_qmark(sql), params).fetchone()
+        return bool(row and row[0])
 
     def _step_sql(self, step: StepInsert | StepUpdate, params: list[Any], *, source: str | None):
         """SQL writing the step; ``source`` is the CTE that must have matched (PostgreSQL)."""

@@ -142,7 +142,11 @@ def _charge_answer(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def _create_charge(
-    conn: sqlite3.Connection, request: dict[str, Any], *, idempotency_key: str | None, call: CallInfo
+    conn: sqlite3.Connection,
+    request: dict[str, Any],
+    *,
+    idempotency_key: str | None,
+    call: CallInfo,
 ) -> sqlite3.Row:
     charge_id = f"ch_{uuid.uuid4().hex[:16]}"
     conn.execute(
@@ -205,12 +209,18 @@ def _find_charge(tool_name: str, column: str, call: CallInfo) -> LookupResult:
     try:
         # The whole charges table is read, so "absent" is conclusive.
         row = conn.execute(
-            f"SELECT * FROM charges WHERE {column} = ?",  # noqa: S608 - column fixed in code
+            f"SELECT * FROM charges WHERE {column} = ?",  # the column is fixed in code
             (call.effect_key,),
         ).fetchone()
         conn.execute(
             "INSERT INTO lookups (tool, effect_key, found, pid, at) VALUES (?, ?, ?, ?, ?)",
-            (tool_name, call.effect_key, row["charge_id"] if row else None, os.getpid(), time.time()),
+            (
+                tool_name,
+                call.effect_key,
+                row["charge_id"] if row else None,
+                os.getpid(),
+                time.time(),
+            ),
         )
     finally:
         conn.close()
