@@ -90,7 +90,15 @@ def start_run(
 
     snapshot = agent.snapshot()
     scenario = input.get("scenario") or agent.config.get("scenario")
-    if agent.model.provider == "scripted":
+    if agent.model.provider == "scripted" and agent.scenarios:
+        if scenario is None and len(agent.scenarios) == 1:
+            scenario = next(iter(agent.scenarios))
+        if scenario not in agent.scenarios:
+            known = ", ".join(sorted(agent.scenarios)) or "none"
+            raise InvalidRunInput(
+                f"scenario: {agent.name} has no scripted scenario {scenario!r} (known: {known})",
+                [{"field": "scenario", "message": f"unknown scenario {scenario!r}"}],
+            )
         snapshot["model"]["scenario"] = scenario
     run = Run(
         tenant=tenant,

@@ -274,9 +274,14 @@ def default_providers(spec: dict[str, Any], agent: Agent):
             )
         return ScriptedProvider(agent.scenarios[name], model=spec.get("model", "scripted-1"))
     if provider == "openai":
+        from django.core.exceptions import ImproperlyConfigured
+
         from agentruns.llm.openai_compat import OpenAICompatibleProvider
 
-        return OpenAICompatibleProvider.from_settings()
+        try:
+            return OpenAICompatibleProvider.from_settings()
+        except ImproperlyConfigured as exc:
+            raise ModelConfigurationError(str(exc)) from exc
     raise ModelConfigurationError(f"unknown model provider {provider!r}")
 
 
@@ -604,7 +609,10 @@ class _Advance:
         self._boundary(forward=recorded is None, model=recorded is None)
         if recorded is None:
             self._reach(fault_points.BEFORE_STEP_RECORDED, "chat")
-        provider = self.engine.providers(spec, self.agent)
+        try:
+            provider = self.engine.providers(spec, self.agent)
+        except ModelConfigurationError as exc:
+            raise Finish(Ending.FAILED, f"model configuration: {exc}") from exc
         request = ModelRequest(
             model=spec.get("model", ""),
             messages=messages,

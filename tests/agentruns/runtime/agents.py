@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
-
 from decimal import Decimal  # noqa: F401  (used by tests)
+from typing import Any
 
 from pydantic import BaseModel, Field
 

@@ -19,8 +19,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _start(harness, tenant=None, **kwargs):
     kwargs.setdefault("agent_name", "flow")
     kwargs.setdefault("input", {"order_id": "o-1"})
-    return start_run(registry=harness.registry, tenant=tenant or harness.tenant,
-                     enqueue=harness.enqueued.append, **kwargs)
+    return start_run(
+        registry=harness.registry,
+        tenant=tenant or harness.tenant,
+        enqueue=harness.enqueued.append,
+        **kwargs,
+    )
 
 
 def test_a_new_request_creates_a_run_and_enqueues_it_after_commit(harness):
@@ -61,8 +65,9 @@ def test_the_same_request_id_with_different_input_is_a_conflict(harness):
 
 def test_request_ids_are_scoped_per_tenant(harness, other_tenant):
     mine, _ = _start(harness, request_id="req-1")
-    theirs, created = _start(harness, tenant=other_tenant, request_id="req-1",
-                             input={"order_id": "o-2"})
+    theirs, created = _start(
+        harness, tenant=other_tenant, request_id="req-1", input={"order_id": "o-2"}
+    )
     assert created and theirs.id != mine.id
 
 
@@ -73,8 +78,9 @@ def test_a_dedupe_key_allows_one_active_run(harness):
     assert raised.value.existing.id == first.id
     # Once it has ended, the key is free again.
     harness.advance(first)
-    second, created = _start(harness, dedupe_key="order-o-1",
-                             input={"order_id": "o-1", "amount": 2})
+    second, created = _start(
+        harness, dedupe_key="order-o-1", input={"order_id": "o-1", "amount": 2}
+    )
     assert created and second.id != first.id
 
 
@@ -89,8 +95,10 @@ def test_invalid_input_is_refused_with_field_errors(harness):
     with pytest.raises(InvalidRunInput) as raised:
         _start(harness, input={"order_id": "o-1", "amount": "lots"})
     assert raised.value.errors == [
-        {"field": "amount", "message": "Input should be a valid integer, unable to parse "
-                                       "string as an integer"}
+        {
+            "field": "amount",
+            "message": "Input should be a valid integer, unable to parse string as an integer",
+        }
     ]
     assert Run.objects.count() == 0
 

@@ -39,8 +39,12 @@ def test_a_run_over_its_model_call_budget_ends(harness):
 
 def test_a_run_over_its_cost_budget_ends(harness):
     @agent(
-        name="spender", version=1, tools=agents.TOOLS, model=agents.support.model,
-        scenarios=agents.support.scenarios, budget=Budget(max_cost=agents.Decimal("0.0005")),
+        name="spender",
+        version=1,
+        tools=agents.TOOLS,
+        model=agents.support.model,
+        scenarios=agents.support.scenarios,
+        budget=Budget(max_cost=agents.Decimal("0.0005")),
     )
     def spender(ctx, input):
         return agents.support.fn(ctx, input)

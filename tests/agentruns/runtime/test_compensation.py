@@ -37,8 +37,7 @@ def test_a_failed_run_undoes_its_effects_newest_first(compensating, provider):
         {"charge_id": charges[1].provider_reference},
         {"charge_id": charges[0].provider_reference},
     ]
-    assert all(u.effect_key and u.effect_key not in {c.effect_key for c in charges}
-               for u in undo)
+    assert all(u.effect_key and u.effect_key not in {c.effect_key for c in charges} for u in undo)
     # The email has no undo: something remains true, so not "compensated".
     assert run.status == "failed_after_effect"
     assert run.outcome_detail.startswith("agent code raised RuntimeError")

@@ -79,7 +79,9 @@ def test_a_definite_refusal_fails_the_step_and_the_agent_sees_the_reason(harness
     assert harness.advance(run) == "finished:completed"
     run.refresh_from_db()
     assert run.output == {
-        "charged": False, "charge": None, "error": "amount exceeds the remaining balance",
+        "charged": False,
+        "charge": None,
+        "error": "amount exceeds the remaining balance",
     }
     step = _charge_step(run)
     assert step.status == "failed"
@@ -193,9 +195,7 @@ def test_an_unreachable_lookup_leaves_the_effect_unknown(harness, provider):
     assert provider.effect_count() == 1
 
 
-def test_after_the_idempotency_window_the_engine_looks_up_instead_of_resending(
-    harness, provider
-):
+def test_after_the_idempotency_window_the_engine_looks_up_instead_of_resending(harness, provider):
     engine = harness.build()
     engine.faults.arm(faults.AFTER_CALL_RETURNED, _crash, step_name="charge")
     run = harness.start("flow")
@@ -229,9 +229,7 @@ def test_repeated_ambiguous_answers_end_with_a_lookup(harness, provider):
     assert provider.effect_count() == 1
 
 
-def test_nothing_that_may_have_taken_effect_reaches_agent_code_as_an_exception(
-    harness, provider
-):
+def test_nothing_that_may_have_taken_effect_reaches_agent_code_as_an_exception(harness, provider):
     provider.script["send_email"] = ["fail_after"]
     run = harness.start("mailer")
     harness.advance(run)

@@ -55,6 +55,4 @@ def test_the_named_outcomes():
     assert derive_terminal_state(Ending.FAILED, [undone, undone]) == "compensated"
     assert derive_terminal_state(Ending.FAILED, [undone, ok]) == "failed_after_effect"
     assert derive_terminal_state(Ending.CANCELLED, [refused]) == "cancelled_no_effect"
-    assert derive_terminal_state(Ending.CANCELLED, [ok]) == (
-        "cancelled_after_irreversible_effect"
-    )
+    assert derive_terminal_state(Ending.CANCELLED, [ok]) == ("cancelled_after_irreversible_effect")
