@@ -14,7 +14,6 @@ from typing import Any
 from django.conf import settings
 
 from accounts.models import DEFAULT_TENANT_SLUG, Tenant
-from agentruns.dbclock import DbNow
 from agentruns.models import Run
 from agentruns.runtime import Engine, EngineSettings, FaultPoints, Registry, start_run
 
@@ -60,10 +59,13 @@ def build_engine() -> Engine:
 
 
 def run_enqueue(run_id: uuid.UUID) -> None:
-    """Ask a worker to advance the run. A wake-up only: the lease decides who runs it."""
+    """Ask a worker to advance the run. A wake-up only: the lease decides who runs it.
+
+    Callers stamp ``Run.enqueued_at`` in the same write that makes the run due,
+    so the sweeper knows it was knocked on.
+    """
     from agentruns.sweeper import push_advance
 
-    Run.objects.filter(pk=run_id).update(enqueued_at=DbNow())
     push_advance(str(run_id))
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 
+from agentruns.dbclock import DbNow
 from agentruns.models import Run
 from agentruns.runtime.effects import canonical_json, content_hash
 from agentruns.runtime.registry import Registry
@@ -110,10 +111,13 @@ def start_run(
         input_hash=input_hash,
         request_id=request_id,
         dedupe_key=dedupe_key or None,
+        # Stamped with the database clock: the sweeper compares it with that clock.
+        enqueued_at=DbNow() if enqueue is not None else None,
     )
     try:
         with transaction.atomic():
             run.save(force_insert=True)
+            run.refresh_from_db(fields=["enqueued_at"])
             run.events.create(type="created", state_version=0, payload={"by": requested_by})
             if enqueue is not None:
                 transaction.on_commit(lambda: enqueue(run.id))

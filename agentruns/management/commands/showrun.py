@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from agentruns.models import Run
@@ -16,7 +17,7 @@ class Command(BaseCommand):
     def handle(self, *args, run_id, **options):
         try:
             run = Run.objects.get(pk=run_id)
-        except (Run.DoesNotExist, ValueError):
+        except (Run.DoesNotExist, ValueError, ValidationError):
             raise CommandError(f"no run {run_id!r}") from None
         steps = [
             {

@@ -44,7 +44,11 @@ class Harness:
 
     def make_due(self, run: Run) -> None:
         """As if the run's wake time had come (the database clock cannot be moved)."""
-        Run.objects.filter(pk=run.id).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+        now = timezone.now()
+        Run.objects.filter(pk=run.id).update(
+            next_attempt_at=now - timedelta(seconds=1),
+            enqueued_at=now - timedelta(seconds=30),
+        )
 
     def expire_lease(self, run: Run) -> None:
         """As if the lease holder had vanished long enough ago for its lease to lapse."""
