@@ -304,6 +304,7 @@ class _Advance:
         self.started = engine.monotonic()
         self.steps: dict[int, Step] = {}
         self.next_seq = 0
+        self.wrote_step = False
         self.agent: Agent | None = None
         run.refresh_from_db()
         self.counters = {
@@ -409,7 +410,10 @@ class _Advance:
         """Checks before a new step: cancellation, time slice, budgets (forward steps only)."""
         if self.cancel_requested:
             raise Finish(Ending.CANCELLED, "cancelled by request")
-        if self.engine.monotonic() - self.started > self.settings.time_slice_seconds:
+        # Every claim makes progress on at least one step before the slice can end.
+        if self.wrote_step and (
+            self.engine.monotonic() - self.started > self.settings.time_slice_seconds
+        ):
             raise Suspend(RunStatus.QUEUED, "time slice used up", requeue=True)
         if not forward:
             return
@@ -454,6 +458,8 @@ class _Advance:
             unless_cancelled=unless_cancelled,
         )
         if committed.fenced:
+            if step is not None:
+                self.wrote_step = True
             self.fence = Fence(self.fence.run_id, committed.state_version, self.fence.owner)
             self.cancel_requested = committed.cancel_requested
         return committed

@@ -9,6 +9,7 @@ from django.db import connections
 
 from agentruns.models import Run
 from agentruns.runtime import faults
+from tests.agentruns.runtime import agents
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,3 +141,56 @@ def test_a_leased_run_cannot_be_claimed(harness):
     run = harness.start("flow")
     assert engine.advance(run.id) == "finished:completed"
     assert seen["other"] == "not_claimed"
+
+
+def test_a_run_hands_itself_back_to_the_queue_when_its_time_slice_ends(harness, provider):
+    engine = harness.build(
+        settings=harness.settings.__class__(lease_seconds=30.0, time_slice_seconds=0.0)
+    )
+    run = harness.start("flow")
+    harness.enqueued.clear()
+    assert engine.advance(run.id) == "suspended:queued"
+    run.refresh_from_db()
+    assert run.status == "queued" and run.lease_owner == ""
+    assert harness.enqueued == [run.id]
+    assert run.steps.count() == 1  # one step per slice with a zero-length slice
+    assert harness.advance(run) == "finished:completed"
+
+
+def test_lease_comparisons_use_the_database_clock_not_the_workers(harness, time_machine):
+    """A worker whose host clock runs an hour fast still sees another worker's lease."""
+    from datetime import timedelta
+
+    engine = harness.build()
+    run = harness.start("flow")
+    seen = {}
+
+    def skewed_worker_tries_to_claim():
+        time_machine.move_to(timedelta(hours=1))
+        seen["outcome"] = harness.build().advance(run.id, owner="skewed")
+
+    engine.faults.arm(
+        faults.AFTER_RESULT_RECORDED, skewed_worker_tries_to_claim, step_name="lookup_order"
+    )
+    assert engine.advance(run.id, owner="honest") == "finished:completed"
+    assert seen["outcome"] == "not_claimed"
+
+
+def test_configuration_is_read_from_the_run_not_from_the_deployment(harness):
+    from agentruns.runtime import Registry, agent
+
+    def make(limit):
+        @agent(name="configured", version=1, tools=agents.TOOLS, config={"limit": limit})
+        def configured(ctx, input):
+            ctx.sleep(10)
+            return {"limit": ctx.config["limit"]}
+
+        return configured
+
+    harness.registry = Registry([make(100)])
+    run = harness.start("configured")
+    harness.advance(run, harness.build())
+    harness.registry = Registry([make(5)])  # a deploy changed the configuration
+    harness.make_due(run)
+    assert harness.advance(run, harness.build()) == "finished:completed"
+    assert Run.objects.get(pk=run.id).output == {"limit": 100}
