@@ -295,6 +295,9 @@ class CrashWorld:
         self.wait_until(gone, f"every process of {proc.name}'s group to be gone", timeout)
 
     def kill_group(self, proc: Proc) -> None:
+        if proc.popen.poll() is not None and not group_members(proc.pid):
+            # Leader reaped and no member left: the number may now name someone else's group.
+            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.popen.wait()

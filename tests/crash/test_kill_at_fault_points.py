@@ -87,6 +87,14 @@ KILLS = [
         (READ, CHAT, ("0002.tool.charge_lookup_only", "running")),
         effects_at_kill=1,
     ),
+    # Cleared but never sent, at a provider without idempotency: the lookup,
+    # made once the send budget has passed, finds nothing, and it is sent once.
+    Kill(
+        "after_step_running@charge_lookup_only",
+        "charge_lookup_only",
+        (READ, CHAT, ("0002.tool.charge_lookup_only", "running")),
+        effects_at_kill=0,
+    ),
     # A model answer that was never recorded is asked for again; the run records
     # one model step and one model call.
     Kill("after_call_returned@chat", "charge", (READ,), effects_at_kill=0, ran_twice=(FIRST_CHAT,)),
