@@ -18,12 +18,23 @@ if not SECRET_KEY:
 
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set")
     # The embedded default keeps a generated key in var/ so sessions survive restarts.
+    # Several processes start at once: the key is written aside and linked into
+    # place, so exactly one key wins and nobody reads a half-written file.
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
+        import os
         import secrets
+        import tempfile
 
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+        fd, draft = tempfile.mkstemp(dir=VAR_DIR, prefix=".secret_key.")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(50))
+        try:
+            os.link(draft, key_file)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(draft)
     SECRET_KEY = key_file.read_text().strip()
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
