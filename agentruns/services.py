@@ -66,7 +66,12 @@ def run_enqueue(run_id: uuid.UUID) -> None:
     """
     from agentruns.sweeper import push_advance
 
-    push_advance(str(run_id))
+    try:
+        push_advance(str(run_id))
+    except Exception:
+        # The run is committed and stamped; the sweeper re-enqueues a queued run
+        # nobody picked up. A busy queue must not turn a started run into an error.
+        log.warning("run %s: could not enqueue; the sweeper will", run_id, exc_info=True)
 
 
 def tenant_by_slug(slug: str | None) -> Tenant:

@@ -194,7 +194,7 @@ HOLDFAST = {
     "AGENT_MODULES": env_list("HOLDFAST_AGENT_MODULES", ["examples.agents"]),
     # A lease is short so a dead worker's run is recovered within seconds; a live
     # worker renews it between steps and while a call is within its timeout.
-    "LEASE_SECONDS": env_float("HOLDFAST_LEASE_SECONDS", 4.0),
+    "LEASE_SECONDS": env_float("HOLDFAST_LEASE_SECONDS", 3.0),
     # An effect is sent only while the lease outlives this budget (DESIGN §12.1).
     "SEND_BUDGET_SECONDS": env_float("HOLDFAST_SEND_BUDGET_SECONDS", 30.0),
     # How long one task advances a run before handing it back to the queue.

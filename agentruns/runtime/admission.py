@@ -120,7 +120,9 @@ def start_run(
             run.refresh_from_db(fields=["enqueued_at"])
             run.events.create(type="created", state_version=0, payload={"by": requested_by})
             if enqueue is not None:
-                transaction.on_commit(lambda: enqueue(run.id))
+                # robust: the run exists once committed; a failed wake-up is the
+                # sweeper's to repair, never the caller's error.
+                transaction.on_commit(lambda: enqueue(run.id), robust=True)
     except IntegrityError:
         existing = Run.objects.filter(tenant=tenant, request_id=request_id).first()
         if existing is not None:

@@ -88,3 +88,13 @@ def test_the_worker_task_advances_a_run(tenant):
     )
     assert advance_run(run_id) == "suspended:sleeping"
     assert advance_run(run_id) == "not_claimed"
+
+
+def test_a_run_is_started_even_when_the_queue_cannot_take_the_wake_up(tenant, monkeypatch):
+    def queue_locked(run_id):
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr("agentruns.sweeper.push_advance", queue_locked)
+    run_id = _call("startrun", "order_status", "--input", '{"order_id": "A-1001"}')
+    run = Run.objects.get(pk=run_id)
+    assert run.status == "queued" and run.enqueued_at is not None
