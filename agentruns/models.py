@@ -84,7 +84,10 @@ class QuerySetRun(models.QuerySet):
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="runs")
+    # Indexed by run_tenant_status, which leads with tenant.
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="runs", db_index=False
+    )
     requested_by = models.CharField(max_length=200, blank=True)
     agent_name = models.CharField(max_length=100)
     agent_version = models.PositiveIntegerField()
@@ -180,18 +183,22 @@ class Blob(models.Model):
 
 
 class Step(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # Indexed by the unique (run, seq) constraint.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     seq = models.IntegerField()
     # Deterministic identity: sequence number, kind and name, e.g. 0004.tool.issue_refund
     step_id = models.CharField(max_length=200)
     kind = models.CharField(max_length=20, choices=StepKind.choices)
     name = models.CharField(max_length=100)
     status = models.CharField(max_length=20, choices=StepStatus.choices)
+    # A call that may change the world (a tool that is not read-only, or an undo):
+    # what the run's end state is derived from.
+    is_effect = models.BooleanField(default=False, db_default=False)
     # The tool's recovery declaration at the time the step was recorded.
     recovery = models.JSONField(null=True, blank=True)
 
     input = models.JSONField(null=True, blank=True)
-    input_hash = models.CharField(max_length=64)
+    input_hash = models.CharField(max_length=64, db_default="")
     # NULL for steps without an effect: unique ignores NULLs, never "".
     effect_key = models.CharField(max_length=100, null=True, blank=True, unique=True)
     # The exact outbound request; every resend sends this, never a rebuilt one.
@@ -200,34 +207,41 @@ class Step(models.Model):
     last_sent_at = models.DateTimeField(null=True, blank=True)
     # True from the commit that clears a send until its answer is recorded: a
     # step found running and in flight was interrupted mid-call.
-    in_flight = models.BooleanField(default=False)
+    in_flight = models.BooleanField(default=False, db_default=False)
 
-    attempts = models.IntegerField(default=0)
+    attempts = models.IntegerField(default=0, db_default=0)
     # Attempts that may have reached the provider without an answer (crash,
     # timeout, 5xx, 409): they decide whether a give-up is "failed" or "unknown".
-    ambiguous_attempts = models.IntegerField(default=0)
+    ambiguous_attempts = models.IntegerField(default=0, db_default=0)
     # A conclusive "absent" from a lookup allows exactly one more send (DESIGN §7).
-    resent_after_absence = models.BooleanField(default=False)
+    resent_after_absence = models.BooleanField(default=False, db_default=False)
     # What recovery did with this step, in order: attempts, answers, lookups.
-    recovery_log = models.JSONField(default=list, blank=True)
+    recovery_log = models.JSONField(null=True, blank=True)
     retry_deadline = models.DateTimeField(null=True, blank=True)
-    last_error_class = models.CharField(max_length=100, blank=True)
-    last_error = models.TextField(blank=True)
+    last_error_class = models.CharField(max_length=100, blank=True, db_default="")
+    last_error = models.TextField(blank=True, db_default="")
     provider_retry_after = models.FloatField(null=True, blank=True)
 
     result = models.JSONField(null=True, blank=True)
-    result_blob = models.ForeignKey(Blob, on_delete=models.PROTECT, null=True, blank=True)
-    result_hash = models.CharField(max_length=64, blank=True)
-    provider_reference = models.CharField(max_length=200, blank=True)
+    result_blob = models.ForeignKey(
+        Blob, on_delete=models.PROTECT, null=True, blank=True, db_index=False
+    )
+    result_hash = models.CharField(max_length=64, blank=True, db_default="")
+    provider_reference = models.CharField(max_length=200, blank=True, db_default="")
     compensates = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="compensations"
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="compensations",
+        db_index=False,
     )
 
     # Model evidence.
-    model_provider = models.CharField(max_length=50, blank=True)
-    model_id = models.CharField(max_length=100, blank=True)
-    prompt_version = models.CharField(max_length=50, blank=True)
-    tool_schema_version = models.CharField(max_length=64, blank=True)
+    model_provider = models.CharField(max_length=50, blank=True, db_default="")
+    model_id = models.CharField(max_length=100, blank=True, db_default="")
+    prompt_version = models.CharField(max_length=50, blank=True, db_default="")
+    tool_schema_version = models.CharField(max_length=64, blank=True, db_default="")
     input_tokens = models.IntegerField(null=True, blank=True)
     output_tokens = models.IntegerField(null=True, blank=True)
     cost_micros = models.BigIntegerField(null=True, blank=True)
@@ -251,7 +265,10 @@ class Step(models.Model):
 class RunEvent(models.Model):
     """Append-only log of what happened to a run, written in the same commit as the change."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # Indexed by runevent_run_id (run, id).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     type = models.CharField(max_length=50)
     state_version = models.BigIntegerField()
     step_id = models.CharField(max_length=200, blank=True)

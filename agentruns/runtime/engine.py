@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -302,6 +303,8 @@ class _Advance:
         self.fence = Fence(run.id, claim.state_version, owner)
         self.cancel_requested = claim.cancel_requested
         self.started = engine.monotonic()
+        # This worker's own estimate of its lease; the database's check is the truth.
+        self.lease_valid_until = self.started + engine.settings.lease_seconds
         self.steps: dict[int, Step] = {}
         self.next_seq = 0
         self.wrote_step = False
@@ -446,8 +449,16 @@ class _Advance:
         unless_cancelled: bool = False,
     ):
         run_set = dict(run_set or {})
-        # Every fenced write also renews the lease: a live worker keeps its run.
-        run_set.setdefault("lease_expires_at", NowPlus(self.settings.lease_seconds))
+        # A fenced write renews the lease when a third of it is used up. Not on
+        # every step: an unchanged lease column lets PostgreSQL update the run
+        # row in place (HOT), which halves what each step writes.
+        lease = self.settings.lease_seconds
+        renewing = "lease_expires_at" not in run_set and (
+            self.lease_valid_until - self.engine.monotonic() < lease * 2 / 3
+        )
+        if renewing:
+            run_set["lease_expires_at"] = NowPlus(lease)
+            renewed_at = self.engine.monotonic()
         committed = self.store.transition(
             fence=self.fence,
             run_set=run_set,
@@ -458,6 +469,8 @@ class _Advance:
             unless_cancelled=unless_cancelled,
         )
         if committed.fenced:
+            if renewing:
+                self.lease_valid_until = renewed_at + lease
             if step is not None:
                 self.wrote_step = True
             self.fence = Fence(self.fence.run_id, committed.state_version, self.fence.owner)
@@ -548,6 +561,7 @@ class _Advance:
                     **values,
                 }
             ),
+            event=Event("step_succeeded", step_id),
         )
         self._reach(fault_points.AFTER_RESULT_RECORDED, name)
 
@@ -592,7 +606,8 @@ class _Advance:
     def model_step(self, messages, *, tools=None, temperature=None) -> ModelResponse:
         spec = self.snapshot.get("model", {})
         all_tools = self.snapshot.get("tools", {})
-        tool_names = list(all_tools) if tools is None else list(tools)
+        # Sorted: the snapshot's key order is not kept by every database (jsonb).
+        tool_names = sorted(all_tools) if tools is None else list(tools)
         unknown = [n for n in tool_names if n not in all_tools]
         if unknown:
             raise AgentUsageError(f"ctx.model: tools not declared by the agent: {unknown}")
@@ -697,7 +712,7 @@ class _Advance:
             )
         else:
             step = StepUpdate(recorded.pk, {"attempts": Sql("attempts + 1"), **values})
-        self._decide(run_set=run_set, step=step)
+        self._decide(run_set=run_set, step=step, event=Event("step_succeeded", step_id))
         self.counters["model_calls"] += 1
         self.counters["tokens"] += tokens
         self.counters["cost_micros"] += cost
@@ -977,7 +992,11 @@ class _Advance:
                 )
             else:
                 step = StepUpdate(recorded.pk, {"attempts": Sql("attempts + 1"), **values})
-            self._decide(run_set=self._progress(step_id, new_step=recorded is None), step=step)
+            self._decide(
+                run_set=self._progress(step_id, new_step=recorded is None),
+                step=step,
+                event=Event("step_succeeded", step_id),
+            )
             if recorded is None:
                 self.counters["steps"] += 1
             self._reach(fault_points.AFTER_RESULT_RECORDED, tool.name)
@@ -1057,6 +1076,7 @@ class _Advance:
                 "input_hash": input_hash,
                 "recovery": Json(tool.recovery.as_json()),
                 "effect_key": effect_key,
+                "is_effect": True,
                 "request": Json(request),
                 "started_at": NOW,
                 "compensates_id": compensates,
@@ -1210,7 +1230,7 @@ class _Advance:
             "in_flight": False,
             "recovery_log": Json(
                 [
-                    *step.recovery_log,
+                    *(step.recovery_log or []),
                     *([log_entry] if log_entry else []),
                     {"action": "needs_operator", "reason": reason},
                 ]
@@ -1265,7 +1285,7 @@ class _Advance:
                 "attempts": Sql("attempts + 1"),
                 "recovery_log": Json(
                     [
-                        *step.recovery_log,
+                        *(step.recovery_log or []),
                         {
                             "action": "resend" if step.first_sent_at else "send",
                             "attempt": step.attempts + 1,
@@ -1283,17 +1303,20 @@ class _Advance:
             write = StepUpdate(step.pk, values)
         # A new effect is never sent once a cancel was requested; a resend of an
         # unsettled one is, because its outcome must be settled first.
-        self._decide(
+        committed = self._decide(
             run_set={**run_set, "current_step": step_id},
             step=write,
             event=Event("effect_sent", step_id, {"tool": tool.name}),
             unless_cancelled=insert is not None,
         )
         armed_at = self.engine.monotonic()
+        self.lease_valid_until = armed_at + budget + self.settings.lease_seconds
         if insert is not None:
             if new_step:
                 self.counters["steps"] += 1
-            step = self._reload(seq)
+            # What was just written, without reading it back: only the database's
+            # timestamps are missing, and nothing on the way to an answer needs them.
+            step = _known(_new_step_view(committed.step_pk), write.values)
         else:
             step = self._reload(step.seq)
         self._reach(fault_points.AFTER_STEP_RUNNING, tool.name)
@@ -1411,7 +1434,7 @@ class _Advance:
         """Record what a provider answered: a fact, written even if the lease is gone."""
         values = dict(values)
         if log_entry is not None:
-            values["recovery_log"] = Json([*step.recovery_log, log_entry])
+            values["recovery_log"] = Json([*(step.recovery_log or []), log_entry])
         if ambiguous:
             values["ambiguous_attempts"] = Sql("ambiguous_attempts + 1")
         if run_set is None:
@@ -1432,21 +1455,29 @@ class _Advance:
             # The answer is on record; the decision to go on belongs to the new owner.
             raise LeaseLost()
         self._reach(fault_points.AFTER_RESULT_RECORDED, tool.name)
+        if values.get("status") in (StepStatus.SUCCEEDED, StepStatus.FAILED):
+            # Settled: status, result and error are all the caller reads.
+            return _known(step, values)
+        # Still unsettled: recovery decisions need the database's own timestamps.
         return self._reload(step.seq)
 
     # --- endings ---------------------------------------------------------------------
 
     def _effect_facts(self) -> list[EffectFact]:
-        steps = list(Step.objects.filter(run_id=self.run_id).exclude(recovery=None))
+        effects = list(
+            Step.objects.filter(run_id=self.run_id, is_effect=True).values_list(
+                "pk", "kind", "status", "compensates_id"
+            )
+        )
         undone = {
-            s.compensates_id
-            for s in steps
-            if s.kind == StepKind.COMPENSATION and s.status == StepStatus.SUCCEEDED
+            compensates
+            for _, kind, status, compensates in effects
+            if kind == StepKind.COMPENSATION and status == StepStatus.SUCCEEDED
         }
         return [
-            EffectFact(s.status, compensated=s.pk in undone)
-            for s in steps
-            if s.kind == StepKind.TOOL and not (s.recovery or {}).get("read_only")
+            EffectFact(status, compensated=pk in undone)
+            for pk, kind, status, _ in effects
+            if kind == StepKind.TOOL
         ]
 
     def _finish(self, finish: Finish) -> str:
@@ -1541,7 +1572,7 @@ class _Advance:
         return any(True for _ in self._pending_undos())
 
     def _pending_undos(self):
-        steps = list(Step.objects.filter(run_id=self.run_id).order_by("-seq"))
+        steps = list(Step.objects.filter(run_id=self.run_id, is_effect=True).order_by("-seq"))
         compensations = {s.compensates_id: s for s in steps if s.kind == StepKind.COMPENSATION}
         for step in steps:
             if step.kind != StepKind.TOOL or step.status != StepStatus.SUCCEEDED:
@@ -1624,6 +1655,28 @@ class _Advance:
                     payload={"reason": blocked.reason, "detail": _json_safe(blocked.detail)},
                 ),
             )
+
+
+_STEP_DEFAULTS: dict[str, Any] | None = None
+
+
+def _new_step_view(pk: int) -> Any:
+    """A step as plain attributes: a model instance costs more to build than a commit."""
+    global _STEP_DEFAULTS
+    if _STEP_DEFAULTS is None:
+        _STEP_DEFAULTS = {f.attname: f.get_default() for f in Step._meta.concrete_fields}
+    return SimpleNamespace(**{**_STEP_DEFAULTS, "id": pk, "pk": pk})
+
+
+def _known(step: Step, values: dict[str, Any]) -> Step:
+    """Apply written values to an in-memory step; database-side expressions are skipped."""
+    for column, value in values.items():
+        if isinstance(value, Json):
+            value = value.value
+        elif value is NOW or isinstance(value, (NowPlus, Sql)):
+            continue
+        setattr(step, column, value)
+    return step
 
 
 def _describe(step: Step) -> dict[str, Any]:

@@ -89,39 +89,8 @@ class Committed:
     step_pk: int | None  # the inserted or updated step's id, if any row was written
 
 
-STEP_DEFAULTS: dict[str, Any] = {
-    "recovery": None,
-    "input": None,
-    "input_hash": "",
-    "effect_key": None,
-    "request": None,
-    "first_sent_at": None,
-    "last_sent_at": None,
-    "in_flight": False,
-    "attempts": 0,
-    "ambiguous_attempts": 0,
-    "resent_after_absence": False,
-    "recovery_log": [],
-    "retry_deadline": None,
-    "last_error_class": "",
-    "last_error": "",
-    "provider_retry_after": None,
-    "result": None,
-    "result_blob_id": None,
-    "result_hash": "",
-    "provider_reference": "",
-    "compensates_id": None,
-    "model_provider": "",
-    "model_id": "",
-    "prompt_version": "",
-    "tool_schema_version": "",
-    "input_tokens": None,
-    "output_tokens": None,
-    "cost_micros": None,
-    "validation": None,
-    "started_at": None,
-    "completed_at": None,
-}
+# Every other step column has a database default (see Step), so an insert names
+# only the columns it sets: fewer parameters to render and to send.
 STEP_JSON_COLUMNS = frozenset(
     {"recovery", "input", "request", "result", "validation", "recovery_log"}
 )
@@ -130,14 +99,12 @@ STEP_JSON_COLUMNS = frozenset(
 class Store:
     def __init__(self, alias: str = "default"):
         self.alias = alias
+        # The backend never changes for an alias; looking it up per value is costly.
+        self.vendor: str = connections[alias].vendor
 
     @property
     def connection(self):
         return connections[self.alias]
-
-    @property
-    def vendor(self) -> str:
-        return self.connection.vendor
 
     # --- SQL fragments ---------------------------------------------------------
 
@@ -256,7 +223,7 @@ class Store:
     def _step_sql(self, step: StepInsert | StepUpdate, params: list[Any], *, source: str | None):
         """SQL writing the step; ``source`` is the CTE that must have matched (PostgreSQL)."""
         if isinstance(step, StepInsert):
-            values = {**STEP_DEFAULTS, **step.values}
+            values = dict(step.values)
             values.setdefault("created_at", NOW)
             columns = ", ".join(values)
             rendered = ", ".join(
@@ -340,7 +307,13 @@ class Store:
         # statement is its own transaction, never part of a caller's atomic().
         if conn.in_atomic_block:
             raise RuntimeError("engine transitions must not run inside transaction.atomic()")
-        with psycopg.Cursor(conn.connection) as cursor:
+        raw = conn.connection
+        if raw.prepare_threshold is None:
+            # Django turns preparation off for the connection; a threshold no query
+            # reaches keeps Django's own statements unprepared while the engine's,
+            # which ask for it explicitly, are prepared once per connection.
+            raw.prepare_threshold = 2**31 - 1
+        with psycopg.Cursor(raw) as cursor:
             cursor.execute(sql, params, prepare=True)
             return cursor.fetchone()
 
