@@ -183,8 +183,15 @@ class Blob(models.Model):
 
 
 class Step(models.Model):
-    # Indexed by the unique (run, seq) constraint.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
+    # Indexed by the unique (run, seq) constraint. No database-level foreign key:
+    # on PostgreSQL its check locks the run row that the same statement has just
+    # updated, which costs a multixact per step (a third of an effect step's
+    # time, benchmarks/step_overhead.py). Steps are only ever inserted by a
+    # statement that selects their run row (store.py), and deleting a run
+    # cascades in Django.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="steps", db_index=False, db_constraint=False
+    )
     seq = models.IntegerField()
     # Deterministic identity: sequence number, kind and name, e.g. 0004.tool.issue_refund
     step_id = models.CharField(max_length=200)
@@ -199,8 +206,8 @@ class Step(models.Model):
 
     input = models.JSONField(null=True, blank=True)
     input_hash = models.CharField(max_length=64, db_default="")
-    # NULL for steps without an effect: unique ignores NULLs, never "".
-    effect_key = models.CharField(max_length=100, null=True, blank=True, unique=True)
+    # NULL for steps without an effect; unique where set (step_unique_effect_key).
+    effect_key = models.CharField(max_length=100, null=True, blank=True)  # noqa: DJ001
     # The exact outbound request; every resend sends this, never a rebuilt one.
     request = models.JSONField(null=True, blank=True)
     first_sent_at = models.DateTimeField(null=True, blank=True)
@@ -256,6 +263,12 @@ class Step(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "step_id"], name="step_unique_step_id_per_run"),
             models.UniqueConstraint(fields=["run", "seq"], name="step_unique_seq_per_run"),
+            # Partial: steps without an effect add no index entry.
+            models.UniqueConstraint(
+                fields=["effect_key"],
+                condition=Q(effect_key__isnull=False),
+                name="step_unique_effect_key",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -265,9 +278,10 @@ class Step(models.Model):
 class RunEvent(models.Model):
     """Append-only log of what happened to a run, written in the same commit as the change."""
 
-    # Indexed by runevent_run_id (run, id).
+    # Indexed by runevent_run_id (run, id). No database-level foreign key, for
+    # the reason given on Step.run.
     run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="events", db_index=False
+        Run, on_delete=models.CASCADE, related_name="events", db_index=False, db_constraint=False
     )
     type = models.CharField(max_length=50)
     state_version = models.BigIntegerField()

@@ -17,12 +17,12 @@ import socket
 import threading
 import time
 import uuid
-from types import SimpleNamespace
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 from django.core.files.base import ContentFile
@@ -308,6 +308,9 @@ class _Advance:
         self.steps: dict[int, Step] = {}
         self.next_seq = 0
         self.wrote_step = False
+        # Whether this claim has reset the run's crash-loop counter yet.
+        self.progress_reset = False
+        self.cancel_unseen = False
         self.agent: Agent | None = None
         run.refresh_from_db()
         self.counters = {
@@ -409,8 +412,13 @@ class _Advance:
             )
         return seq, step_id, recorded
 
-    def _boundary(self, *, forward: bool, model: bool = False) -> None:
+    def _boundary(self, *, forward: bool, model: bool = False, effect: bool = False) -> None:
         """Checks before a new step: cancellation, time slice, budgets (forward steps only)."""
+        if self.cancel_unseen and not effect:
+            # A recorded answer did not read the run; look once before spending more.
+            # (A new effect needs no look: its clearing commit refuses after a cancel.)
+            self.cancel_requested = self.store.cancel_requested(self.run_id)
+            self.cancel_unseen = False
         if self.cancel_requested:
             raise Finish(Ending.CANCELLED, "cancelled by request")
         # Every claim makes progress on at least one step before the slice can end.
@@ -469,6 +477,9 @@ class _Advance:
             unless_cancelled=unless_cancelled,
         )
         if committed.fenced:
+            self.cancel_unseen = False
+            if run_set.get("claim_count") == 0:
+                self.progress_reset = True
             if renewing:
                 self.lease_valid_until = renewed_at + lease
             if step is not None:
@@ -937,7 +948,7 @@ class _Advance:
             )
         forward = recorded is None and kind != StepKind.COMPENSATION
         if recorded is None:
-            self._boundary(forward=forward)
+            self._boundary(forward=forward, effect=not tool.recovery.read_only)
             self._reach(fault_points.BEFORE_STEP_RECORDED, tool.name)
         if tool.recovery.read_only:
             return self._read_only(seq, step_id, kind, tool, canonical, input_hash, recorded)
@@ -1437,23 +1448,29 @@ class _Advance:
             values["recovery_log"] = Json([*(step.recovery_log or []), log_entry])
         if ambiguous:
             values["ambiguous_attempts"] = Sql("ambiguous_attempts + 1")
-        if run_set is None:
-            run_set = self._progress(step.step_id, new_step=False) if progress else {}
-        committed = self._commit(
-            run_set=run_set,
-            step=StepUpdate(
-                step.pk,
-                values,
-                only_if_status=(StepStatus.PLANNED, StepStatus.RUNNING, StepStatus.UNKNOWN),
-            ),
-            event=Event(
-                "step_" + str(values.get("status", step.status)), step.step_id, {"tool": tool.name}
-            ),
-            fact=True,
+        event = Event(
+            "step_" + str(values.get("status", step.status)), step.step_id, {"tool": tool.name}
         )
+        step_write = StepUpdate(
+            step.pk,
+            values,
+            only_if_status=(StepStatus.PLANNED, StepStatus.RUNNING, StepStatus.UNKNOWN),
+        )
+        if run_set is None and (self.progress_reset or not progress):
+            # Nothing to decide and nothing to reset on the run: the answer and its
+            # event alone. The next decision is fenced as always.
+            self.store.record_fact(self.run_id, step_write, event)
+            self.cancel_unseen = True
+            return self._after_record(tool, step, values)
+        if run_set is None:
+            run_set = self._progress(step.step_id, new_step=False)
+        committed = self._commit(run_set=run_set, step=step_write, event=event, fact=True)
         if not committed.fenced:
             # The answer is on record; the decision to go on belongs to the new owner.
             raise LeaseLost()
+        return self._after_record(tool, step, values)
+
+    def _after_record(self, tool: Tool, step: Step, values: dict[str, Any]) -> Step:
         self._reach(fault_points.AFTER_RESULT_RECORDED, tool.name)
         if values.get("status") in (StepStatus.SUCCEEDED, StepStatus.FAILED):
             # Settled: status, result and error are all the caller reads.

@@ -365,6 +365,49 @@ class Store:
             raise
         return Committed(fenced, version, cancel_requested, step_pk)
 
+    def record_fact(self, run_id: uuid.UUID, step: StepUpdate, event: Event) -> bool:
+        """Record what a provider answered, with its event, touching nothing of the run.
+
+        No decision is made here, so nothing is fenced: the worker's next decision
+        is. Returns whether the step was still unsettled and so was written.
+        """
+        pg = self.vendor == "postgresql"
+        step_params: list[Any] = []
+        step_sql = self._step_sql(step, step_params, source=None)
+        event_params: list[Any] = []
+        run_sql = self._value(run_id, event_params)
+        event_params.append(event.type)
+        version_sql = f"(SELECT state_version FROM agentruns_run WHERE id = {run_sql})"
+        self._value(run_id, event_params)
+        event_params.append(event.step_id)
+        payload_sql = self._value(Json(event.payload), event_params)
+        event_sql = (
+            "INSERT INTO agentruns_runevent "
+            "(run_id, type, state_version, step_id, payload, created_at) "
+            f"VALUES ({run_sql}, %s, {version_sql}, %s, {payload_sql}, "
+            f"{POSTGRES_NOW if pg else SQLITE_NOW})"
+        )
+        if pg:
+            row = self._execute_pg(
+                f"WITH s AS ({step_sql}), e AS ({event_sql}) SELECT count(*) FROM s",
+                [*step_params, *event_params],
+            )
+            return bool(row[0])
+        conn = self.connection
+        conn.ensure_connection()
+        if conn.in_atomic_block:
+            raise RuntimeError("engine transitions must not run inside transaction.atomic()")
+        raw = conn.connection
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            written = raw.execute(_qmark(step_sql), step_params).fetchone()
+            raw.execute(_qmark(event_sql), event_params)
+            raw.execute("COMMIT")
+        except BaseException:
+            raw.execute("ROLLBACK")
+            raise
+        return written is not None
+
     # --- reads -------------------------------------------------------------------
 
     def db_now(self) -> datetime:
