@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -317,7 +319,10 @@ class Store:
             cursor.execute(sql, params, prepare=True)
             return cursor.fetchone()
 
-    def _transition_sqlite(self, run_sql, run_params, step, event, step_is_fact, run_id):
+    @contextmanager
+    def _sqlite_transaction(self) -> Iterator[Any]:
+        """BEGIN IMMEDIATE on the raw connection: the write lock is taken at BEGIN,
+        so a writer waits its busy timeout instead of failing mid-transaction."""
         conn = self.connection
         conn.ensure_connection()
         if conn.in_atomic_block:
@@ -325,10 +330,19 @@ class Store:
         raw = conn.connection
         raw.execute("BEGIN IMMEDIATE")
         try:
+            yield raw
+            raw.execute("COMMIT")
+        except BaseException:
+            if raw.in_transaction:
+                raw.execute("ROLLBACK")
+            raise
+
+    def _transition_sqlite(self, run_sql, run_params, step, event, step_is_fact, run_id):
+        with self._sqlite_transaction() as raw:
             row = raw.execute(_qmark(run_sql), run_params).fetchone()
             fenced = row is not None
             if not fenced and not step_is_fact:
-                raw.execute("ROLLBACK")
+                # Nothing was written; the empty transaction commits as a no-op.
                 return Committed(False, None, False, None)
             version = row[1] if fenced else None
             cancel_requested = bool(row[2]) if fenced else False
@@ -359,10 +373,6 @@ class Store:
                         json.dumps(event.payload),
                     ],
                 )
-            raw.execute("COMMIT")
-        except BaseException:
-            raw.execute("ROLLBACK")
-            raise
         return Committed(fenced, version, cancel_requested, step_pk)
 
     def record_fact(self, run_id: uuid.UUID, step: StepUpdate, event: Event) -> bool:
@@ -393,19 +403,9 @@ class Store:
                 [*step_params, *event_params],
             )
             return bool(row[0])
-        conn = self.connection
-        conn.ensure_connection()
-        if conn.in_atomic_block:
-            raise RuntimeError("engine transitions must not run inside transaction.atomic()")
-        raw = conn.connection
-        raw.execute("BEGIN IMMEDIATE")
-        try:
+        with self._sqlite_transaction() as raw:
             written = raw.execute(_qmark(step_sql), step_params).fetchone()
             raw.execute(_qmark(event_sql), event_params)
-            raw.execute("COMMIT")
-        except BaseException:
-            raw.execute("ROLLBACK")
-            raise
         return written is not None
 
     # --- reads -------------------------------------------------------------------

@@ -42,6 +42,19 @@ class Harness:
     def advance(self, run: Run, engine: Engine | None = None) -> str:
         return (engine or self.engine).advance(run.id)
 
+    def interrupt(self, run: Run, point: str, step_name: str) -> None:
+        """Advance the run in a worker that dies at ``point`` of ``step_name``; then
+        let its lease lapse, as if the process had been killed there."""
+        engine = self.build()
+
+        def die() -> None:
+            raise SystemExit(f"worker killed at {point}@{step_name}")
+
+        engine.faults.arm(point, die, step_name=step_name)
+        with pytest.raises(SystemExit):
+            engine.advance(run.id)
+        self.expire_lease(run)
+
     def make_due(self, run: Run) -> None:
         """As if the run's wake time had come (the database clock cannot be moved)."""
         now = timezone.now()

@@ -13,10 +13,6 @@ from agentruns.runtime.effects import make_effect_key
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _crash():
-    raise SystemExit("worker killed")
-
-
 def _charge_step(run) -> Step:
     return Step.objects.get(run=run, kind="tool", name__in=["charge", "charge_lookup_only"])
 
@@ -38,15 +34,11 @@ def test_the_effect_key_is_committed_before_the_provider_is_called(harness, prov
 
 def test_a_lost_reply_is_recovered_by_resending_the_same_key(harness, provider):
     """The provider executed, the worker died before recording: the same key replays it."""
-    engine = harness.build()
-    engine.faults.arm(faults.AFTER_CALL_RETURNED, _crash, step_name="charge")
     run = harness.start("flow")
-    with pytest.raises(SystemExit):
-        harness.advance(run, engine)
+    harness.interrupt(run, faults.AFTER_CALL_RETURNED, "charge")
     step = _charge_step(run)
     assert step.status == "running" and step.in_flight
     key = step.effect_key
-    harness.expire_lease(run)
     assert harness.advance(run) == "finished:completed"
     step.refresh_from_db()
     assert step.status == "succeeded"
@@ -110,12 +102,8 @@ def test_a_429_keeps_the_step_running_and_waits_at_least_retry_after(harness, pr
 
 
 def test_a_manual_effect_interrupted_mid_call_waits_for_an_operator(harness, provider):
-    engine = harness.build()
-    engine.faults.arm(faults.AFTER_CALL_RETURNED, _crash, step_name="send_email")
     run = harness.start("mailer")
-    with pytest.raises(SystemExit):
-        harness.advance(run, engine)
-    harness.expire_lease(run)
+    harness.interrupt(run, faults.AFTER_CALL_RETURNED, "send_email")
     assert harness.advance(run) == "suspended:effect_unknown_reconciliation_required"
     run.refresh_from_db()
     assert run.status == "effect_unknown_reconciliation_required"
@@ -135,12 +123,8 @@ def test_a_manual_effect_with_an_ambiguous_answer_is_never_resent(harness, provi
 
 
 def test_a_lookup_tool_interrupted_mid_call_is_found_by_lookup(harness, provider):
-    engine = harness.build()
-    engine.faults.arm(faults.AFTER_CALL_RETURNED, _crash, step_name="charge_lookup_only")
     run = harness.start("flow", {"tool": "charge_lookup_only"})
-    with pytest.raises(SystemExit):
-        harness.advance(run, engine)
-    harness.expire_lease(run)
+    harness.interrupt(run, faults.AFTER_CALL_RETURNED, "charge_lookup_only")
     harness.backdate_sends(run, 60)  # the last send can no longer land
     assert harness.advance(run) == "finished:completed"
     step = _charge_step(run)
@@ -152,24 +136,16 @@ def test_a_lookup_tool_interrupted_mid_call_is_found_by_lookup(harness, provider
 
 
 def test_a_lookup_waits_until_the_last_send_can_no_longer_land(harness, provider):
-    engine = harness.build()
-    engine.faults.arm(faults.AFTER_STEP_RUNNING, _crash, step_name="charge_lookup_only")
     run = harness.start("flow", {"tool": "charge_lookup_only"})
-    with pytest.raises(SystemExit):
-        harness.advance(run, engine)
-    harness.expire_lease(run)
+    harness.interrupt(run, faults.AFTER_STEP_RUNNING, "charge_lookup_only")
     assert harness.advance(run) == "suspended:waiting_for_retry"
     assert provider.lookups["charge"] == 0
 
 
 def test_conclusive_absence_allows_exactly_one_more_send(harness, provider):
     """Interrupted before the call: the lookup proves absence, and the send happens once."""
-    engine = harness.build()
-    engine.faults.arm(faults.AFTER_STEP_RUNNING, _crash, step_name="charge_lookup_only")
     run = harness.start("flow", {"tool": "charge_lookup_only"})
-    with pytest.raises(SystemExit):
-        harness.advance(run, engine)
-    harness.expire_lease(run)
+    harness.interrupt(run, faults.AFTER_STEP_RUNNING, "charge_lookup_only")
     harness.backdate_sends(run, 60)
     assert harness.advance(run) == "finished:completed"
     step = _charge_step(run)
@@ -180,12 +156,8 @@ def test_conclusive_absence_allows_exactly_one_more_send(harness, provider):
 
 
 def test_an_unreachable_lookup_leaves_the_effect_unknown(harness, provider):
-    engine = harness.build()
-    engine.faults.arm(faults.AFTER_CALL_RETURNED, _crash, step_name="charge_lookup_only")
     run = harness.start("flow", {"tool": "charge_lookup_only"})
-    with pytest.raises(SystemExit):
-        harness.advance(run, engine)
-    harness.expire_lease(run)
+    harness.interrupt(run, faults.AFTER_CALL_RETURNED, "charge_lookup_only")
     harness.backdate_sends(run, 60)
     provider.lookup_script.append("unreachable")
     assert harness.advance(run) == "suspended:effect_unknown_reconciliation_required"
@@ -196,12 +168,8 @@ def test_an_unreachable_lookup_leaves_the_effect_unknown(harness, provider):
 
 
 def test_after_the_idempotency_window_the_engine_looks_up_instead_of_resending(harness, provider):
-    engine = harness.build()
-    engine.faults.arm(faults.AFTER_CALL_RETURNED, _crash, step_name="charge")
     run = harness.start("flow")
-    with pytest.raises(SystemExit):
-        harness.advance(run, engine)
-    harness.expire_lease(run)
+    harness.interrupt(run, faults.AFTER_CALL_RETURNED, "charge")
     harness.backdate_sends(run, timedelta(hours=25).total_seconds())
     assert harness.advance(run) == "finished:completed"
     assert provider.lookups["charge"] == 1
