@@ -10,6 +10,7 @@ its next write and stops without acting.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -520,8 +521,6 @@ class _Advance:
     def _load_result(self, step: Step) -> Any:
         if step.result_blob_id:
             blob = Blob.objects.get(pk=step.result_blob_id)
-            import json
-
             with default_storage.open(blob.storage_name) as fh:
                 return json.loads(fh.read())
         return step.result
@@ -733,8 +732,6 @@ class _Advance:
         return response
 
     def _validate(self, reply: ModelReply, tool_names: list[str], step_id: str):
-        import json
-
         calls = []
         validation = []
         for raw in reply.tool_calls:
@@ -1717,8 +1714,6 @@ def _reference(value: Any) -> str:
 
 def _json_safe(value: Any) -> Any:
     """Round-trip through JSON so what is recorded is exactly what replay returns."""
-    import json
-
     if value is None:
         return None
     return json.loads(json.dumps(value, default=str))
