@@ -17,6 +17,7 @@ setup: $(STAMP)
 migrate: setup
 	$(BIN)/python manage.py migrate --noinput
 	@if [ -z "$$DATABASE_URL" ]; then $(BIN)/python manage.py migrate --noinput --database queue; fi
+	$(BIN)/python manage.py migrate --noinput --database sandbox
 
 run: migrate
 	$(BIN)/python manage.py seeddemo

@@ -31,4 +31,27 @@ class QueueRouter:
             return None
         if app_label == self.app_label:
             return db == alias
-        return db != alias
+        return False if db == alias else None
+
+
+class SandboxRouter:
+    """The sandbox's tables live only in the ``sandbox`` database, and only they do."""
+
+    app_label = "sandbox"
+
+    def db_for_read(self, model, **hints):
+        if model._meta.app_label == self.app_label:
+            return "sandbox"
+        return None
+
+    db_for_write = db_for_read
+
+    def allow_relation(self, obj1, obj2, **hints):
+        return None
+
+    def allow_migrate(self, db, app_label, model_name=None, **hints):
+        if app_label == self.app_label:
+            return db == "sandbox"
+        if db == "sandbox":
+            return False
+        return None

@@ -127,7 +127,17 @@ else:
         ),
     }
     Q_ORM_ALIAS = "queue"
-DATABASE_ROUTERS = ["config.routers.QueueRouter"]
+# The sandbox stands for the outside world: its records are the provider's own,
+# so they live in a database of their own (SQLite file by default).
+SANDBOX_DATABASE_URL = env_str("SANDBOX_DATABASE_URL", "")
+if SANDBOX_DATABASE_URL:
+    DATABASES["sandbox"] = postgres_from_url(SANDBOX_DATABASE_URL)
+else:
+    DATABASES["sandbox"] = _sqlite(
+        Path(env_str("HOLDFAST_SANDBOX_SQLITE_PATH", str(VAR_DIR / "sandbox.sqlite3"))),
+        VAR_DIR / "test-sandbox.sqlite3",
+    )
+DATABASE_ROUTERS = ["config.routers.QueueRouter", "config.routers.SandboxRouter"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -209,6 +219,26 @@ HOLDFAST = {
     # Step results larger than this go to Blob storage.
     "INLINE_RESULT_LIMIT": env_int("HOLDFAST_INLINE_RESULT_LIMIT", 256 * 1024),
 }
+
+# --- The sandbox and the adapters that talk to it -----------------------------
+SANDBOX_HOST = env_str("SANDBOX_HOST", "127.0.0.1")
+SANDBOX_PORT = env_int("SANDBOX_PORT", 12111)
+SANDBOX_SMTP_PORT = env_int("SANDBOX_SMTP_PORT", 12125)
+SANDBOX_URL = env_str("SANDBOX_URL", f"http://{SANDBOX_HOST}:{SANDBOX_PORT}")
+# Stripe keeps idempotency keys at least 24 hours.
+SANDBOX_IDEMPOTENCY_TTL_SECONDS = env_int("SANDBOX_IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
+
+# Payments: the sandbox by default; Stripe's test mode is
+# PAYMENTS_API_BASE=https://api.stripe.com PAYMENTS_API_KEY=sk_test_...
+PAYMENTS_API_BASE = env_str("PAYMENTS_API_BASE", SANDBOX_URL)
+PAYMENTS_API_KEY = env_str("PAYMENTS_API_KEY", "sk_test_sandbox")
+PAYMENTS_TIMEOUT_SECONDS = env_float("PAYMENTS_TIMEOUT_SECONDS", 10.0)
+SHOP_API_BASE = env_str("SHOP_API_BASE", SANDBOX_URL)
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_HOST = env_str("EMAIL_HOST", SANDBOX_HOST)
+EMAIL_PORT = env_int("EMAIL_PORT", SANDBOX_SMTP_PORT)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "support@holdfast.example")
 
 # --- Model providers ---------------------------------------------------------
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "https://api.openai.com/v1")
