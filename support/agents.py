@@ -1,0 +1,136 @@
+"""The refund-support agent, written the way a user of Holdfast writes their own."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentruns.llm.scripted import ScriptedCall, ScriptedReply
+from agentruns.runtime import Budget, ModelSpec, agent, run_tool_loop
+from support.tools import issue_refund, lookup_order, send_customer_email
+
+SYSTEM_PROMPT = (
+    "You are a support agent for an online shop. Look the order up before acting. "
+    "Refund amounts are integers in minor units with a currency. Never refund more "
+    "than was paid and not yet refunded. Tell the customer what you did."
+)
+
+
+class RefundRequest(BaseModel):
+    order_id: str = Field(min_length=1, max_length=64)
+    # Minor units; None means the whole remaining amount.
+    amount: int | None = Field(default=None, gt=0)
+    message: str = Field(default="Please refund my order.", max_length=2000)
+    email_customer: bool = False
+    scenario: str = "refund"
+
+
+def _last_tool_result(request) -> dict[str, Any]:
+    for message in reversed(request.messages):
+        if message.get("role") == "tool":
+            return json.loads(message["content"])
+    return {}
+
+
+def _asked(request) -> dict[str, Any]:
+    return json.loads(request.messages[1]["content"].split("\n", 1)[1])
+
+
+def refund_scenario(request) -> ScriptedReply:
+    """Look the order up, refund it, optionally email the customer, then answer."""
+    turn = sum(1 for m in request.messages if m.get("role") == "assistant")
+    asked = _asked(request)
+    last = _last_tool_result(request)
+    if turn == 0:
+        return ScriptedReply(
+            tool_calls=[ScriptedCall("lookup_order", {"order_id": asked["order_id"]})]
+        )
+    if turn == 1:
+        if not last.get("ok"):
+            return ScriptedReply(content=f"I could not find that order: {last.get('error')}")
+        order = last["result"]
+        remaining = order["amount"] - order.get("amount_refunded", 0)
+        amount = asked.get("amount") or remaining
+        return ScriptedReply(
+            tool_calls=[
+                ScriptedCall(
+                    "issue_refund",
+                    {
+                        "order_id": order["id"],
+                        "payment_intent": order["payment_intent"],
+                        "amount": amount,
+                        "currency": order["currency"],
+                    },
+                )
+            ]
+        )
+    if turn == 2 and asked.get("email_customer") and last.get("ok"):
+        refund = last["result"]
+        order = _order_from(request)
+        return ScriptedReply(
+            tool_calls=[
+                ScriptedCall(
+                    "send_customer_email",
+                    {
+                        "to": order["customer"]["email"],
+                        "subject": f"Your refund for order {order['id']}",
+                        "body": (
+                            f"Hello {order['customer']['name']},\n\nWe refunded "
+                            f"{refund['amount'] / 100:.2f} {refund['currency'].upper()} "
+                            f"(refund {refund['id']}).\n"
+                        ),
+                    },
+                )
+            ]
+        )
+    if last.get("ok") and "id" in (last.get("result") or {}):
+        refund = last["result"]
+        return ScriptedReply(
+            content=f"Refunded {refund['amount'] / 100:.2f} {refund['currency'].upper()} "
+            f"as {refund['id']}."
+        )
+    if last.get("ok"):
+        return ScriptedReply(content="Done: the refund is issued and the customer was told.")
+    return ScriptedReply(content=f"I could not complete the refund: {last.get('error')}")
+
+
+def _order_from(request) -> dict[str, Any]:
+    for message in request.messages:
+        if message.get("role") == "tool":
+            content = json.loads(message["content"])
+            result = content.get("result") or {}
+            if content.get("ok") and "payment_intent" in result and "customer" in result:
+                return result
+    return {}
+
+
+@agent(
+    name="refund_support",
+    version=1,
+    tools=[lookup_order, issue_refund, send_customer_email],
+    input_model=RefundRequest,
+    model=ModelSpec(provider="scripted", model="scripted-1", prompt_version="refund-support-1"),
+    scenarios={"refund": refund_scenario},
+    budget=Budget(max_steps=30, max_model_calls=10),
+    config={
+        # Approvals land with their own feature; until then refunds run without one.
+        "approvals": {"enabled": False, "auto_approve_up_to": 5000},
+    },
+)
+def refund_support(ctx, input):
+    request = {
+        "order_id": input["order_id"],
+        "amount": input["amount"],
+        "email_customer": input["email_customer"],
+    }
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"{input['message']}\n{json.dumps(request)}"},
+    ]
+    final, conversation = run_tool_loop(ctx, messages, max_turns=6)
+    return {"reply": final.content, "turns": sum(m["role"] == "assistant" for m in conversation)}
+
+
+AGENTS = [refund_support]

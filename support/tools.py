@@ -1,0 +1,128 @@
+"""The refund-support agent's tools, declared with what their providers offer."""
+
+from __future__ import annotations
+
+import smtplib
+from datetime import timedelta
+from typing import Literal
+
+from django.core.mail import EmailMessage, get_connection
+from pydantic import BaseModel, Field
+
+from agentruns.runtime import (
+    MANUAL,
+    READ_ONLY,
+    CallInfo,
+    LookupResult,
+    ProviderBusy,
+    ToolRefused,
+    idempotent,
+    tool,
+)
+from support import adapters
+
+# Stripe honours an idempotency key for at least 24 hours after its first use.
+STRIPE_KEY_WINDOW = timedelta(hours=24)
+
+
+class LookupOrderArgs(BaseModel):
+    order_id: str = Field(min_length=1, max_length=64, description="The shop's order id")
+
+
+@tool(
+    name="lookup_order",
+    args=LookupOrderArgs,
+    description="Read an order: customer, items, amount, payment intent and refund state.",
+    recovery=READ_ONLY,
+    timeout=5.0,
+)
+def lookup_order(request: dict, call: CallInfo) -> dict:
+    return adapters.shop_order(request["order_id"], timeout=call.timeout)
+
+
+class IssueRefundArgs(BaseModel):
+    order_id: str = Field(min_length=1, max_length=64)
+    payment_intent: str = Field(pattern=r"^pi_[A-Za-z0-9_]+$")
+    amount: int = Field(gt=0, description="Amount in minor units (cents)")
+    currency: str = Field(pattern=r"^[a-z]{3}$", description="ISO currency code, lower case")
+    reason: Literal["duplicate", "fraudulent", "requested_by_customer"] = "requested_by_customer"
+
+
+def _refund_request(args: dict, config: dict) -> dict:
+    return {
+        "payment_intent": args["payment_intent"],
+        "amount": args["amount"],
+        "currency": args["currency"],
+        "reason": args["reason"],
+        "metadata": {"order_id": args["order_id"]},
+    }
+
+
+def _find_refund(request: dict, call: CallInfo) -> LookupResult:
+    found = adapters.refund_find(
+        payment_intent=request["payment_intent"], effect_key=call.effect_key, timeout=call.timeout
+    )
+    if found is None:
+        return LookupResult(
+            "absent",
+            conclusive=True,
+            detail=f"no refund of {request['payment_intent']} carries this effect key",
+        )
+    return LookupResult("found", found, conclusive=True)
+
+
+@tool(
+    name="issue_refund",
+    args=IssueRefundArgs,
+    description="Refund (part of) an order's payment. Amount in minor units.",
+    recovery=idempotent(STRIPE_KEY_WINDOW, lookup=True),
+    request=_refund_request,
+    lookup=_find_refund,
+    timeout=10.0,
+)
+def issue_refund(request: dict, call: CallInfo) -> dict:
+    refund = adapters.refund_create(
+        payment_intent=request["payment_intent"],
+        amount=request["amount"],
+        reason=request["reason"],
+        metadata={**request["metadata"], "holdfast_run_id": call.run_id},
+        effect_key=call.effect_key,
+        timeout=call.timeout,
+    )
+    if refund["currency"] != request["currency"]:
+        # The refund happened (a fact); the agent learns the currency differed.
+        refund["currency_mismatch"] = {"asked": request["currency"], "got": refund["currency"]}
+    return refund
+
+
+class CustomerEmailArgs(BaseModel):
+    to: str = Field(pattern=r"^[^@\s]+@[^@\s]+$")
+    subject: str = Field(min_length=1, max_length=200)
+    body: str = Field(min_length=1, max_length=10_000)
+
+
+@tool(
+    name="send_customer_email",
+    args=CustomerEmailArgs,
+    description="Email the customer. Cannot be undone or checked afterwards.",
+    # SMTP has no idempotency key and no lookup: only an operator can tell
+    # whether an interrupted send went out.
+    recovery=MANUAL,
+    timeout=10.0,
+)
+def send_customer_email(request: dict, call: CallInfo) -> dict:
+    message = EmailMessage(
+        subject=request["subject"],
+        body=request["body"],
+        to=[request["to"]],
+        headers={"X-Holdfast-Effect-Key": call.effect_key or ""},
+        connection=get_connection(timeout=call.timeout),
+    )
+    try:
+        message.send()
+    except ConnectionRefusedError as error:
+        # Nothing reached the server: not sent, try later.
+        raise ProviderBusy(f"mail server unreachable: {error}", error_class="unreachable") from None
+    except smtplib.SMTPRecipientsRefused as error:
+        raise ToolRefused(f"recipient refused: {error}", error_class="invalid_request") from None
+    return {"to": request["to"], "subject": request["subject"], "accepted": True}
