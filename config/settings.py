@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "approvals",
     "reconciliation",
     "support",
+    "sandbox",
 ]
 
 MIDDLEWARE = [

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from accounts.models import Tenant
+from tests.sandbox_service import sandbox, sandbox_process  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
