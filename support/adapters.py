@@ -111,7 +111,7 @@ def refund_find(*, payment_intent: str, effect_key: str, timeout: float) -> dict
         except stripe.StripeError as error:
             raise translate_stripe_error(error) from error
         for refund in page.data:
-            if (refund.metadata or {}).get(EFFECT_KEY_METADATA) == effect_key:
+            if _metadata(refund).get(EFFECT_KEY_METADATA) == effect_key:
                 return _refund_json(refund)
         if not page.has_more or not page.data:
             return None
@@ -125,8 +125,13 @@ def _refund_json(refund: Any) -> dict[str, Any]:
         "currency": refund.currency,
         "status": refund.status,
         "payment_intent": refund.payment_intent,
-        "metadata": dict(refund.metadata or {}),
+        "metadata": _metadata(refund),
     }
+
+
+def _metadata(refund: Any) -> dict[str, str]:
+    # StripeObject is not a mapping in SDK 16: it converts explicitly.
+    return refund.metadata.to_dict() if refund.metadata else {}
 
 
 def shop_order(order_id: str, *, timeout: float) -> dict[str, Any]:

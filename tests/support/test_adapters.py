@@ -31,11 +31,18 @@ def test_a_key_still_in_use_is_busy_and_may_be_in_flight():
 @pytest.mark.parametrize(
     ("error", "error_class"),
     [
-        (stripe.InvalidRequestError("too much", "amount", code="amount_too_large",
-                                    http_status=400), "amount_too_large"),
-        (stripe.InvalidRequestError("no such intent", "payment_intent",
-                                    code="resource_missing", http_status=404),
-         "resource_missing"),
+        (
+            stripe.InvalidRequestError(
+                "too much", "amount", code="amount_too_large", http_status=400
+            ),
+            "amount_too_large",
+        ),
+        (
+            stripe.InvalidRequestError(
+                "no such intent", "payment_intent", code="resource_missing", http_status=404
+            ),
+            "resource_missing",
+        ),
         (stripe.AuthenticationError("bad key", http_status=401), "authentication"),
         (stripe.PermissionError("no access", http_status=403), "authentication"),
     ],
@@ -52,8 +59,7 @@ def test_definite_refusals_fail_without_effect(error, error_class):
     [
         stripe.APIError("internal error", http_status=500),
         stripe.APIConnectionError("connection reset"),
-        stripe.IdempotencyError("keys can only be used with the same parameters",
-                                http_status=400),
+        stripe.IdempotencyError("keys can only be used with the same parameters", http_status=400),
     ],
 )
 def test_anything_that_may_have_taken_effect_is_ambiguous(error):
