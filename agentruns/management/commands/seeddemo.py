@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from accounts.models import Tenant
@@ -12,11 +13,18 @@ DEMO_RUNS = [
     ("demo-status-1", "order_status", {"order_id": "A-1001", "follow_up_seconds": 5}),
     ("demo-status-2", "order_status", {"order_id": "A-1002", "follow_up_seconds": 20}),
     ("demo-status-3", "order_status", {"order_id": "A-9999", "follow_up_seconds": 0}),
+    ("demo-refund-1", "refund_support", {"order_id": "ord_1001", "amount": 1500}),
+    ("demo-refund-2", "refund_support", {"order_id": "ord_1002", "email_customer": True}),
+    ("demo-refund-3", "refund_support", {"order_id": "ord_1003", "amount": 999_999}),
+    ("demo-refund-4", "refund_support", {"order_id": "ord_4040"}),
 ]
 
 
 class Command(BaseCommand):
-    help = "Create the demo tenant, an admin login and a few demo runs (safe to run again)."
+    help = (
+        "Create the demo tenant, an admin login, the sandbox's orders and payments, and a few "
+        "demo runs; the first refund meets a lost reply so its recovery shows. Safe to run again."
+    )
 
     def handle(self, *args, **options):
         tenant, _ = Tenant.objects.get_or_create(slug="default", defaults={"name": "Default"})
@@ -25,6 +33,7 @@ class Command(BaseCommand):
         User = get_user_model()
         if not User.objects.filter(username=username).exists():
             User.objects.create_superuser(username, "admin@example.com", password)
+        call_command("seedsandbox", stdout=self.stdout)
         known = set(get_registry().names())
         started = 0
         for request_id, agent_name, payload in DEMO_RUNS:
@@ -41,9 +50,13 @@ class Command(BaseCommand):
             except AdmissionError as exc:
                 self.stderr.write(f"demo run {request_id}: {exc}")
                 continue
+            if created and request_id == "demo-refund-1":
+                # The provider commits the refund, then the reply is lost on the way.
+                call_command("sandboxfault", "drop_after_commit", stdout=self.stdout)
             started += created
         self.stdout.write(
             f"Demo ready: {started} new run(s).\n"
             f"  Site:  http://127.0.0.1:8000/admin/\n"
-            f"  Login: {username} / {password}  (set HOLDFAST_DEMO_PASSWORD to change)"
+            f"  Login: {username} / {password}  (set HOLDFAST_DEMO_PASSWORD to change)\n"
+            f"  Sandbox: {settings.SANDBOX_URL}/_sandbox/stats"
         )
