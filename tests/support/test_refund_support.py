@@ -131,3 +131,12 @@ def test_an_email_interrupted_after_acceptance_waits_for_an_operator(world):
     assert Step.objects.get(run=run, name="send_customer_email").status == "unknown"
     assert sandbox.stats()["messages"]["total"] == 1
     assert _refunds(sandbox, order)["count"] == 1
+
+
+def test_a_refund_over_the_approval_limit_runs_while_approvals_are_off(world):
+    harness, sandbox, order = world
+    limit = refund_support.config["approvals"]["auto_approve_up_to"]
+    run = harness.start("refund_support", {"order_id": ORDER, "amount": limit + 1000})
+    assert run.agent_snapshot["config"]["approvals"]["enabled"] is False
+    assert harness.advance(run) == "finished:completed"
+    assert _refunds(sandbox, order) == {"count": 1, "amount": limit + 1000}

@@ -15,7 +15,8 @@ DEMO_RUNS = [
     ("demo-status-3", "order_status", {"order_id": "A-9999", "follow_up_seconds": 0}),
     ("demo-refund-1", "refund_support", {"order_id": "ord_1001", "amount": 1500}),
     ("demo-refund-2", "refund_support", {"order_id": "ord_1002", "email_customer": True}),
-    ("demo-refund-3", "refund_support", {"order_id": "ord_1003", "amount": 999_999}),
+    # Over the auto-approval limit: it runs without an approval until approvals land.
+    ("demo-refund-3", "refund_support", {"order_id": "ord_1003", "amount": 6000}),
     ("demo-refund-4", "refund_support", {"order_id": "ord_4040"}),
 ]
 
