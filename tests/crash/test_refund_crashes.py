@@ -1,0 +1,342 @@
+"""The refund-support agent's worker cluster SIGKILLed around its refund and its email.
+
+Each scenario starts a real ``qcluster`` armed with ``HOLDFAST_FAULTS=<point>@<tool>=killgroup``
+and pointed at the real sandbox process (payments, shop and SMTP sink), starts a
+refund run, and waits for the whole group to die. Then a clean cluster and the
+sweeper take over. What happened is judged by the sandbox's own records: its
+effect counts, its refunds as the Stripe SDK lists them, and its mail sink.
+
+A worker killed after clearing a refund leaves a lease of the refund's send budget
+(its 10 s timeout plus a margin) plus the lease: about 13 s before anyone may take
+the run over. So the scenarios of one test are killed one after another, each on
+its own order, and their leases run out together after one restart.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.crash.conftest import (
+    DEADLINE_SECONDS,
+    NEEDS_A_PERSON,
+    POLL_SECONDS,
+    TERMINAL,
+    CrashWorld,
+)
+from tests.sandbox_service import Sandbox
+
+pytestmark = pytest.mark.crash
+
+AMOUNT = 700
+EFFECT_KEY_METADATA = "holdfast_effect_key"
+
+
+def _json(value: Any) -> Any:
+    """A JSON column: text on SQLite, already decoded on PostgreSQL."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class Kill:
+    fault: str  # "<point>@<tool>"
+    order_id: str
+    # The issue_refund step's status when the cluster died (None: not on record yet).
+    step_at_kill: str | None
+    # Refunds of the order's payment at the provider when the cluster died.
+    refunds_at_kill: int
+    # A sandbox fault armed on POST /v1/refunds just before this scenario's run.
+    sandbox_fault: str | None = None
+    # After the restart the refund was sent again under the same key.
+    resent: bool = False
+
+    def __str__(self) -> str:
+        fault = f"{self.fault} with {self.sandbox_fault}" if self.sandbox_fault else self.fault
+        return f"{fault} on {self.order_id}"
+
+
+@dataclass
+class Killed:
+    kill: Kill
+    run_id: str
+    order: dict[str, Any]
+
+
+@dataclass
+class RefundWorld:
+    """The crash world with its workers pointed at the sandbox."""
+
+    world: CrashWorld
+    sandbox: Sandbox
+    run_ids: list[str] = field(default_factory=list)
+
+    def order(self, order_id: str) -> dict[str, Any]:
+        answer = self.sandbox.get(f"/shop/orders/{order_id}")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    # processes
+
+    def start_run(self, order_id: str, **extra: Any) -> str:
+        run_input = {"order_id": order_id, "amount": AMOUNT, "email_customer": False, **extra}
+        proc = self.world.start(
+            "startrun", "startrun", "refund_support", "--input", json.dumps(run_input)
+        )
+        self.world.wait_exit(proc)
+        if proc.popen.returncode != 0:
+            pytest.fail(f"startrun failed\n{self.explain()}")
+        run_id = proc.output().strip().splitlines()[-1]
+        uuid.UUID(run_id)
+        self.run_ids.append(run_id)
+        return run_id
+
+    def kill_cluster_at(self, fault: str, order_id: str, **run_input: Any) -> str:
+        """Start a cluster armed to kill its group at ``fault``, start a run, wait for the death.
+
+        Every earlier cluster is dead and the sweeper is not running yet, so this
+        cluster is the only worker and this run the only one it can take.
+        """
+        cluster = self.world.start_cluster("qcluster-armed", faults=f"{fault}=killgroup")
+        run_id = self.start_run(order_id, **run_input)
+        self.world.wait_group_gone(cluster)
+        return run_id
+
+    def restart(self) -> None:
+        self.world.start_cluster("qcluster-clean")
+        self.world.start_sweeper()
+
+    def wait_for_status(self, run_id: str, status: str) -> dict[str, Any]:
+        """Wait for the run to reach ``status``; fail at once if it settles anywhere else."""
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while True:
+            run = self.world.db.run(run_id)
+            if run["status"] == status:
+                return run
+            if run["status"] in TERMINAL | NEEDS_A_PERSON:
+                pytest.fail(
+                    f"run {run_id} settled as {run['status']!r}, not {status!r}\n{self.explain()}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"run {run_id} is not {status} after {DEADLINE_SECONDS}s\n{self.explain()}"
+                )
+            time.sleep(POLL_SECONDS)
+
+    # the records
+
+    def stats(self) -> dict[str, Any]:
+        return self.sandbox.stats()
+
+    def refunds_of(self, payment_intent: str) -> dict[str, int]:
+        by_intent = self.stats()["refunds"]["by_payment_intent"]
+        return by_intent.get(payment_intent, {"count": 0, "amount": 0})
+
+    def listed_refunds(self, payment_intent: str) -> list[Any]:
+        """Every refund of a payment, as the Stripe SDK lists them."""
+        page = self.sandbox.client().v1.refunds.list(
+            params={"payment_intent": payment_intent, "limit": 100}
+        )
+        assert not page.has_more, self.explain()
+        return list(page.data)
+
+    def tool_steps(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """The run's tool steps by tool name; a tool recorded twice fails the test."""
+        steps = [s for s in self.world.db.steps(run_id) if s["kind"] != "model"]
+        assert len({s["name"] for s in steps}) == len(steps), self.explain()
+        return {step["name"]: step for step in steps}
+
+    def explain(self) -> str:
+        """Every run of the test, the processes' output, and the sandbox's records."""
+        parts = []
+        for run_id in self.run_ids:
+            try:
+                parts.append(f"run: {self.world.db.run(run_id)}")
+                parts.extend(f"  step: {step}" for step in self.world.db.steps(run_id))
+                parts.extend(f"  event: {event}" for event in self.world.db.events(run_id))
+            except Exception as exc:
+                parts.append(f"(could not read run {run_id}: {type(exc).__name__}: {exc})")
+        parts.extend(proc.tail() for proc in self.world.procs)
+        try:
+            parts.append(f"sandbox stats: {self.stats()}")
+            parts.append(f"sandbox messages: {self.sandbox.get('/_sandbox/messages').json()}")
+        except Exception as exc:
+            parts.append(f"(could not read the sandbox: {type(exc).__name__}: {exc})")
+        return "\n".join(parts)
+
+
+@pytest.fixture
+def refunds(world: CrashWorld, sandbox: Sandbox) -> RefundWorld:
+    world.env.update(
+        {
+            "HOLDFAST_AGENT_MODULES": "support.agents",
+            "PAYMENTS_API_BASE": sandbox.url,
+            "SHOP_API_BASE": sandbox.url,
+            "EMAIL_HOST": "127.0.0.1",
+            "EMAIL_PORT": str(sandbox.smtp_port),
+        }
+    )
+    assert sandbox.stats()["refunds"]["total"] == 0
+    return RefundWorld(world, sandbox)
+
+
+def _kill_each(refunds: RefundWorld, kills: list[Kill]) -> list[Killed]:
+    """Kill one armed cluster per scenario and check where each died, then restart."""
+    killed = []
+    for kill in kills:
+        order = refunds.order(kill.order_id)
+        assert order["amount"] > AMOUNT, order
+        if kill.sandbox_fault:
+            refunds.sandbox.arm(kill.sandbox_fault, count=1)
+        run_id = refunds.kill_cluster_at(kill.fault, kill.order_id)
+        # Where it died, by the engine's record and by the provider's.
+        explain = f"{kill}\n{refunds.explain()}"
+        assert refunds.world.db.run(run_id)["status"] not in TERMINAL, explain
+        step = refunds.tool_steps(run_id).get("issue_refund")
+        assert (step["status"] if step else None) == kill.step_at_kill, explain
+        assert refunds.refunds_of(order["payment_intent"])["count"] == kill.refunds_at_kill, explain
+        assert refunds.stats()["faults_armed"] == 0, explain
+        killed.append(Killed(kill, run_id, order))
+    refunds.restart()
+    return killed
+
+
+def _assert_exactly_one_refund_recorded_on_the_step(
+    refunds: RefundWorld, run_id: str, order: dict[str, Any], label: object = ""
+) -> dict[str, Any]:
+    """One refund of the order's payment at the provider, under the step's effect key,
+    and it is the one the step recorded."""
+    step = refunds.tool_steps(run_id)["issue_refund"]
+    explain = f"{label}\n{refunds.explain()}"
+    assert step["status"] == "succeeded", explain
+    assert step["effect_key"], explain
+    stats = refunds.stats()["refunds"]
+    assert stats["by_payment_intent"][order["payment_intent"]] == {
+        "count": 1,
+        "amount": AMOUNT,
+    }, explain
+    assert stats["by_idempotency_key"].get(step["effect_key"]) == 1, explain
+    listed = refunds.listed_refunds(order["payment_intent"])
+    assert [refund.id for refund in listed] == [step["provider_reference"]], explain
+    refund = listed[0]
+    assert refund.amount == AMOUNT, explain
+    assert refund.metadata[EFFECT_KEY_METADATA] == step["effect_key"], explain
+    assert refund.metadata["holdfast_run_id"] == run_id, explain
+    assert refund.metadata["order_id"] == order["id"], explain
+    return step
+
+
+def _assert_each_completed_with_exactly_one_refund(
+    refunds: RefundWorld, killed: list[Killed]
+) -> None:
+    keys = []
+    for each in killed:
+        run = refunds.wait_for_status(each.run_id, "completed")
+        step = _assert_exactly_one_refund_recorded_on_the_step(
+            refunds, each.run_id, each.order, each.kill
+        )
+        keys.append(step["effect_key"])
+        explain = f"{each.kill}\n{refunds.explain()}"
+        # Sent once, and sent again under the same key only when the first send's
+        # answer was never recorded.
+        sends = [e["action"] for e in _json(step["recovery_log"]) if e["action"] != "answer"]
+        assert sends == (["send", "resend"] if each.kill.resent else ["send"]), explain
+        currency = each.order["currency"].upper()
+        assert _json(run["output"])["reply"] == (
+            f"Refunded {AMOUNT / 100:.2f} {currency} as {step['provider_reference']}."
+        ), explain
+    # Nothing else reached the provider: no refund without a key, no key twice, no email.
+    stats = refunds.stats()
+    explain = refunds.explain()
+    assert stats["refunds"]["total"] == len(killed), explain
+    assert stats["refunds"]["by_idempotency_key"] == dict.fromkeys(keys, 1), explain
+    assert stats["messages"]["total"] == 0, explain
+
+
+def test_refunds_killed_before_they_reached_the_provider_are_made_exactly_once(
+    refunds: RefundWorld,
+) -> None:
+    killed = _kill_each(
+        refunds,
+        [
+            # Nothing about the refund is on record: after the restart it is sent once.
+            Kill("before_step_recorded@issue_refund", "ord_1001", None, refunds_at_kill=0),
+            # Cleared to send (the effect key is committed) but never sent: the
+            # send after the restart, under that key, is the only one.
+            Kill(
+                "after_step_running@issue_refund",
+                "ord_1002",
+                "running",
+                refunds_at_kill=0,
+                resent=True,
+            ),
+        ],
+    )
+    _assert_each_completed_with_exactly_one_refund(refunds, killed)
+
+
+def test_refunds_killed_after_the_provider_made_them_are_never_made_twice(
+    refunds: RefundWorld,
+) -> None:
+    killed = _kill_each(
+        refunds,
+        [
+            # The provider committed the refund and dropped the connection; the worker
+            # saw a connection error and died before recording anything. The resend
+            # under the same key gets the saved refund back.
+            Kill(
+                "after_call_returned@issue_refund",
+                "ord_1001",
+                "running",
+                refunds_at_kill=1,
+                sandbox_fault="drop_after_commit",
+                resent=True,
+            ),
+            # The reply arrived and was lost with the worker: same key, the saved refund.
+            Kill(
+                "after_call_returned@issue_refund",
+                "ord_1002",
+                "running",
+                refunds_at_kill=1,
+                resent=True,
+            ),
+            # The refund is on record: replay returns it without calling the provider.
+            Kill(
+                "after_result_recorded@issue_refund",
+                "ord_1003",
+                "succeeded",
+                refunds_at_kill=1,
+            ),
+        ],
+    )
+    _assert_each_completed_with_exactly_one_refund(refunds, killed)
+
+
+def test_an_email_whose_answer_was_lost_waits_for_an_operator_and_is_never_sent_twice(
+    refunds: RefundWorld,
+) -> None:
+    order = refunds.order("ord_1001")
+    run_id = refunds.kill_cluster_at(
+        "after_call_returned@send_customer_email", order["id"], email_customer=True
+    )
+    assert refunds.world.db.run(run_id)["status"] not in TERMINAL, refunds.explain()
+    email = refunds.tool_steps(run_id)["send_customer_email"]
+    assert email["status"] == "running", refunds.explain()
+    assert refunds.stats()["messages"]["total"] == 1, refunds.explain()
+
+    refunds.restart()
+    # SMTP has neither an idempotency key nor a lookup: only a person can tell.
+    refunds.wait_for_status(run_id, "effect_unknown_reconciliation_required")
+
+    email = refunds.tool_steps(run_id)["send_customer_email"]
+    assert email["status"] == "unknown", refunds.explain()
+    assert _json(email["recovery_log"])[-1]["action"] == "needs_operator", refunds.explain()
+    messages = refunds.stats()["messages"]
+    customer = order["customer"]["email"].lower()
+    assert messages == {"total": 1, "by_recipient": {customer: 1}}, refunds.explain()
+    refund = _assert_exactly_one_refund_recorded_on_the_step(refunds, run_id, order)
+    assert refunds.stats()["refunds"]["by_idempotency_key"] == {refund["effect_key"]: 1}
