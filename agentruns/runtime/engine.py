@@ -1468,6 +1468,9 @@ class _Advance:
         return self._after_record(tool, step, values)
 
     def _after_record(self, tool: Tool, step: Step, values: dict[str, Any]) -> Step:
+        # The send's long lease is no longer needed: the next commit brings it back to
+        # the normal length, so a worker that dies now is replaced in seconds.
+        self.lease_valid_until = 0.0
         self._reach(fault_points.AFTER_RESULT_RECORDED, tool.name)
         if values.get("status") in (StepStatus.SUCCEEDED, StepStatus.FAILED):
             # Settled: status, result and error are all the caller reads.
