@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import hashlib
+import secrets
+
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 DEFAULT_TENANT_SLUG = "default"
 
@@ -17,3 +22,114 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.name or self.slug
+
+
+class Operator(models.Model):
+    """A person who works in the dashboard, for exactly one tenant."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="operator"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="operators")
+    time_zone = models.CharField(max_length=64, default="UTC")
+
+    class Meta:
+        # Permissions the groups are built from (see migration create_operator_groups).
+        permissions = [
+            ("view_runs", "Can see the tenant's runs"),
+            ("start_runs", "Can start runs"),
+            ("cancel_runs", "Can cancel runs"),
+            ("retry_runs", "Can make a waiting run retry now"),
+            ("decide_approvals", "Can approve or reject actions"),
+            ("settle_effects", "Can settle effects whose outcome is unknown"),
+            ("view_audit", "Can read the audit log"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.tenant.slug})"
+
+
+TOKEN_PREFIX = "hft_"  # noqa: S105  (a marker that makes leaked tokens findable)
+
+
+def _digest(token: str) -> str:
+    # Tokens are 256 random bits: a fast hash is enough, there is nothing to guess.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def active(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiToken(models.Model):
+    """A client system's credential for one tenant. Only its hash is stored."""
+
+    SCOPE_START = "runs:start"
+    SCOPE_READ = "runs:read"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    # The first characters, kept in clear so an operator can tell tokens apart.
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…, {self.tenant.slug})"
+
+    @classmethod
+    def issue(
+        cls, *, tenant: Tenant, name: str, scopes: list[str] | None = None
+    ) -> tuple[ApiToken, str]:
+        """Create a token and return it with its secret, which is never shown again."""
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            tenant=tenant,
+            name=name,
+            prefix=secret[:12],
+            token_hash=_digest(secret),
+            scopes=scopes or [cls.SCOPE_START, cls.SCOPE_READ],
+        )
+        return token, secret
+
+    @classmethod
+    def authenticate(cls, secret: str) -> ApiToken | None:
+        return (
+            cls.objects.active().select_related("tenant").filter(token_hash=_digest(secret)).first()
+        )
+
+    def allows(self, scope: str) -> bool:
+        return scope in self.scopes
+
+
+class AuditEntry(models.Model):
+    """Append-only record of an action taken by a person or a client system."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="audit_entries")
+    actor = models.CharField(max_length=200)  # "user:ann", "token:ci (hft_abc…)"
+    action = models.CharField(max_length=100)
+    object_type = models.CharField(max_length=100)
+    object_id = models.CharField(max_length=100)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    remote_addr = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # the audit entries shown on one object's page
+            models.Index(fields=["tenant", "object_type", "object_id"], name="audit_object"),
+            # the audit page: a tenant's entries, newest first
+            models.Index(fields=["tenant", "-created_at"], name="audit_tenant_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.object_type}:{self.object_id}"

@@ -203,9 +203,7 @@ Q_CLUSTER = {
 # --- Engine ------------------------------------------------------------------
 HOLDFAST = {
     # Modules whose import registers agents.
-    "AGENT_MODULES": env_list(
-        "HOLDFAST_AGENT_MODULES", ["examples.agents", "support.agents"]
-    ),
+    "AGENT_MODULES": env_list("HOLDFAST_AGENT_MODULES", ["examples.agents", "support.agents"]),
     # A lease is short so a dead worker's run is recovered within seconds; a live
     # worker renews it between steps and while a call is within its timeout.
     "LEASE_SECONDS": env_float("HOLDFAST_LEASE_SECONDS", 3.0),

@@ -1,0 +1,145 @@
+"""The runs API: client systems start runs and read them with a bearer token."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from accounts.models import ApiToken
+from accounts.services import audit_record, bearer_token, for_tenant, token_actor
+from agentruns.models import Run
+from agentruns.runtime import (
+    AdmissionError,
+    DuplicateActiveRun,
+    InvalidRunInput,
+    RequestConflict,
+)
+from agentruns.services import run_start
+
+
+class StartRunBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=100)
+    input: dict[str, Any]
+    request_id: str = Field(min_length=1, max_length=200)
+    dedupe_key: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+def _error(status: int, message: str, **extra) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)
+
+
+def _authenticate(request: HttpRequest, scope: str) -> ApiToken | JsonResponse:
+    token = bearer_token(request)
+    if token is None:
+        response = _error(401, "a valid bearer token is required")
+        response["WWW-Authenticate"] = 'Bearer realm="holdfast"'
+        return response
+    if not token.allows(scope):
+        return _error(403, f"this token may not do {scope}")
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token
+
+
+def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": str(run.id),
+        "agent": run.agent_name,
+        "version": run.agent_version,
+        "request_id": run.request_id,
+        "dedupe_key": run.dedupe_key,
+        "status": run.status,
+        "terminal": run.is_terminal,
+        "outcome": run.outcome_detail,
+        "output": run.output,
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+    if steps:
+        data["steps"] = [
+            {
+                "step_id": step.step_id,
+                "kind": step.kind,
+                "name": step.name,
+                "status": step.status,
+                "attempts": step.attempts,
+                "effect_key": step.effect_key,
+                "provider_reference": step.provider_reference or None,
+                "error_class": step.last_error_class or None,
+                "error": step.last_error or None,
+                "started_at": step.started_at.isoformat() if step.started_at else None,
+                "completed_at": step.completed_at.isoformat() if step.completed_at else None,
+            }
+            for step in run.steps.order_by("seq")
+        ]
+    return data
+
+
+@csrf_exempt  # bearer tokens, never cookies: there is no ambient credential to forge
+@require_POST
+def start_run(request: HttpRequest) -> JsonResponse:
+    token = _authenticate(request, ApiToken.SCOPE_START)
+    if isinstance(token, JsonResponse):
+        return token
+    try:
+        payload = json.loads(request.body or b"")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return _error(400, "the body is not valid JSON", errors={"body": [str(exc)]})
+    try:
+        body = StartRunBody.model_validate(payload)
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = {}
+        for problem in exc.errors():
+            field = ".".join(str(p) for p in problem["loc"]) or "body"
+            errors.setdefault(field, []).append(problem["msg"])
+        return _error(400, "the request has invalid fields", errors=errors)
+    try:
+        run, created = run_start(
+            tenant=token.tenant,
+            agent_name=body.agent,
+            input=body.input,
+            request_id=body.request_id,
+            dedupe_key=body.dedupe_key,
+            requested_by=token_actor(token),
+        )
+    except RequestConflict as exc:
+        return _error(409, str(exc), run=run_json(exc.existing))
+    except DuplicateActiveRun as exc:
+        return _error(409, str(exc), run=run_json(exc.existing))
+    except InvalidRunInput as exc:
+        errors = {f"input.{e['field']}": [e["message"]] for e in exc.errors} or {
+            "input": [str(exc)]
+        }
+        return _error(400, str(exc), errors=errors)
+    except AdmissionError as exc:
+        return _error(400, str(exc), errors={"agent": [str(exc)]})
+    if created:
+        audit_record(
+            tenant=token.tenant,
+            actor=token_actor(token),
+            action="run.start",
+            object_type="run",
+            object_id=str(run.id),
+            after={"agent": run.agent_name, "request_id": run.request_id, "status": run.status},
+            request=request,
+        )
+    return JsonResponse(run_json(run), status=201 if created else 200)
+
+
+@require_GET
+def get_run(request: HttpRequest, run_id) -> JsonResponse:
+    token = _authenticate(request, ApiToken.SCOPE_READ)
+    if isinstance(token, JsonResponse):
+        return token
+    run = for_tenant(Run.objects.all(), token.tenant).filter(pk=run_id).first()
+    if run is None:
+        return _error(404, f"no run {run_id}")
+    return JsonResponse(run_json(run, steps=True))
