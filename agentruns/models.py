@@ -8,6 +8,7 @@ with a test that replays a run recorded before it.
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 
 from django.db import models
 from django.db.models import Q
@@ -168,6 +169,10 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def cost_usd(self) -> Decimal:
+        return Decimal(self.cost_micros) / 1_000_000
 
 
 class Blob(models.Model):

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from accounts.models import Tenant
+from accounts.models import Operator, Tenant
 from agentruns.runtime import AdmissionError
 from agentruns.services import get_registry, run_start
 
@@ -32,8 +33,13 @@ class Command(BaseCommand):
         username = "admin"
         password = settings.HOLDFAST_DEMO_PASSWORD
         User = get_user_model()
-        if not User.objects.filter(username=username).exists():
-            User.objects.create_superuser(username, "admin@example.com", password)
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            user = User.objects.create_superuser(username, "admin@example.com", password)
+        Operator.objects.get_or_create(user=user, defaults={"tenant": tenant})
+        admin_group = Group.objects.filter(name="admin").first()
+        if admin_group is not None:
+            user.groups.add(admin_group)
         call_command("seedsandbox", stdout=self.stdout)
         known = set(get_registry().names())
         started = 0
@@ -57,7 +63,7 @@ class Command(BaseCommand):
             started += created
         self.stdout.write(
             f"Demo ready: {started} new run(s).\n"
-            f"  Site:  http://127.0.0.1:8000/admin/\n"
+            f"  Site:  http://127.0.0.1:8000/runs/  (admin: /admin/)\n"
             f"  Login: {username} / {password}  (set HOLDFAST_DEMO_PASSWORD to change)\n"
             f"  Sandbox: {settings.SANDBOX_URL}/_sandbox/stats"
         )

@@ -1,0 +1,176 @@
+"""The runs pages: short views that check access, read through the tenant scope, render."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from accounts.access import operator_required, user_actor
+from accounts.models import AuditEntry
+from accounts.services import audit_record, for_tenant
+from agentruns.models import TERMINAL_STATUSES, Run, RunStatus
+from agentruns.runtime import CancelRefused
+from agentruns.services import run_cancel, run_wake
+
+PAGE_SIZE = 50
+WORKING = [s for s in RunStatus if s not in TERMINAL_STATUSES]
+TERMINAL = [s for s in RunStatus if s in TERMINAL_STATUSES]
+SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+
+
+def _runs(request: HttpRequest):
+    return for_tenant(Run.objects.all(), request.tenant)
+
+
+def _run_or_404(request: HttpRequest, run_id: uuid.UUID) -> Run:
+    run = _runs(request).filter(pk=run_id).first()
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def _cursor(value: str | None) -> tuple[datetime, uuid.UUID] | None:
+    if not value:
+        return None
+    created, _, run_id = value.partition("|")
+    try:
+        return datetime.fromisoformat(created), uuid.UUID(run_id)
+    except ValueError:
+        return None
+
+
+@require_GET
+@operator_required("view_runs")
+def run_list(request: HttpRequest) -> HttpResponse:
+    state = request.GET.get("state", "")
+    agent = request.GET.get("agent", "")
+    since = request.GET.get("since", "")
+    query = request.GET.get("q", "").strip()
+    runs = _runs(request)
+    if agent:
+        runs = runs.filter(agent_name=agent)
+    if since in SINCE:
+        runs = runs.filter(created_at__gte=timezone.now() - SINCE[since])
+    if query:
+        match = Q(request_id=query) | Q(input__order_id=query) | Q(steps__effect_key=query)
+        with contextlib.suppress(ValueError):  # not every query is a run id
+            match |= Q(pk=uuid.UUID(query))
+        runs = runs.filter(match).distinct()
+    counts = dict(runs.values_list("status").annotate(n=Count("id", distinct=True)).order_by())
+    if state in RunStatus.values:
+        runs = runs.filter(status=state)
+    # Keyset pagination: the page after (created_at, id), never OFFSET.
+    after = _cursor(request.GET.get("after"))
+    if after is not None:
+        runs = runs.filter(Q(created_at__lt=after[0]) | Q(created_at=after[0], id__lt=after[1]))
+    page = list(runs.order_by("-created_at", "-id")[: PAGE_SIZE + 1])
+    next_cursor = None
+    if len(page) > PAGE_SIZE:
+        page = page[:PAGE_SIZE]
+        last = page[-1]
+        next_cursor = f"{last.created_at.isoformat()}|{last.id}"
+    context = {
+        "runs": page,
+        "state": state,
+        "agent": agent,
+        "since": since,
+        "q": query,
+        "tabs": [(s, s.label, counts.get(s.value, 0)) for s in WORKING + TERMINAL],
+        "total": sum(counts.values()),
+        "agents": sorted(set(_runs(request).values_list("agent_name", flat=True))),
+        "next_cursor": next_cursor,
+    }
+    template = "agentruns/run_list.html#run_table" if request.htmx else "agentruns/run_list.html"
+    return render(request, template, context)
+
+
+@require_GET
+@operator_required("view_runs")
+def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = _run_or_404(request, run_id)
+    context = {
+        "run": run,
+        "steps": list(run.steps.order_by("seq")),
+        "events": list(run.events.order_by("-id")[:200]),
+        "audit": list(
+            for_tenant(AuditEntry.objects.all(), request.tenant).filter(
+                object_type="run", object_id=str(run.id)
+            )[:50]
+        ),
+        "can_cancel": request.user.has_perm("accounts.cancel_runs")
+        and not run.is_terminal
+        and run.status != RunStatus.EFFECT_UNKNOWN,
+        "can_retry": request.user.has_perm("accounts.retry_runs")
+        and run.status in (RunStatus.WAITING_FOR_RETRY, RunStatus.SLEEPING),
+    }
+    template = "agentruns/run_detail.html#summary" if request.htmx else "agentruns/run_detail.html"
+    return render(request, template, context)
+
+
+def _after_action(request: HttpRequest, run: Run, message: str, status: int = 200):
+    if request.htmx:
+        run.refresh_from_db()
+        context = {
+            "run": run,
+            "flash": message,
+            "can_cancel": False,
+            "can_retry": run.status in (RunStatus.WAITING_FOR_RETRY, RunStatus.SLEEPING),
+        }
+        return render(request, "agentruns/run_detail.html#summary", context, status=status)
+    return redirect("run-detail", run_id=run.id)
+
+
+@require_POST
+@operator_required("cancel_runs")
+def run_cancel_view(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = _run_or_404(request, run_id)
+    before = {"status": run.status}
+    try:
+        run = run_cancel(run.id, by=user_actor(request))
+    except CancelRefused as exc:
+        return _after_action(request, run, f"Not cancelled: {exc}", status=409)
+    audit_record(
+        tenant=request.tenant,
+        actor=user_actor(request),
+        action="run.cancel",
+        object_type="run",
+        object_id=str(run.id),
+        before=before,
+        after={"status": run.status},
+        request=request,
+    )
+    return _after_action(request, run, f"Cancel requested; the run is now {run.status}.")
+
+
+@require_POST
+@operator_required("retry_runs")
+def run_retry_view(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = _run_or_404(request, run_id)
+    before = {"status": run.status, "next_attempt_at": _iso(run.next_attempt_at)}
+    if not run_wake(run.id, by=user_actor(request)):
+        return _after_action(
+            request, run, f"Nothing to retry: the run is {run.status}.", status=409
+        )
+    run.refresh_from_db()
+    audit_record(
+        tenant=request.tenant,
+        actor=user_actor(request),
+        action="run.retry_now",
+        object_type="run",
+        object_id=str(run.id),
+        before=before,
+        after={"status": run.status, "next_attempt_at": _iso(run.next_attempt_at)},
+        request=request,
+    )
+    return _after_action(request, run, "The run will retry now.")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
