@@ -3,10 +3,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from accounts import views as accounts_views
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="run-list", permanent=False)),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("audit/", accounts_views.audit_list, name="audit-list"),
     path("admin/", admin.site.urls),
     path("", include("agentruns.urls")),
 ]

@@ -1,0 +1,29 @@
+"""What needs attention, for the navigation of every page an operator sees."""
+
+from __future__ import annotations
+
+from django.db.models import Count
+
+from accounts.services import for_tenant
+
+ATTENTION_STATES = (
+    "waiting_for_approval",
+    "effect_unknown_reconciliation_required",
+    "blocked",
+)
+
+
+def attention(request) -> dict:
+    operator = getattr(getattr(request, "user", None), "operator", None)
+    if operator is None:
+        return {}
+    from agentruns.models import Run
+
+    counts = dict(
+        for_tenant(Run.objects.all(), operator.tenant)
+        .filter(status__in=ATTENTION_STATES)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {"attention": {state: counts.get(state, 0) for state in ATTENTION_STATES}}
