@@ -46,14 +46,15 @@ def _cursor(value: str | None) -> tuple[datetime, uuid.UUID] | None:
         return None
 
 
-@require_GET
-@operator_required("view_runs")
-def run_list(request: HttpRequest) -> HttpResponse:
-    state = request.GET.get("state", "")
-    agent = request.GET.get("agent", "")
-    since = request.GET.get("since", "")
-    query = request.GET.get("q", "").strip()
-    runs = _runs(request)
+def _param(params, name: str) -> str:
+    value = params.get(name, "")
+    return ((value[0] if isinstance(value, list) else value) or "").strip()
+
+
+def _filtered(tenant, params):
+    """The tenant's runs under the page's filters, before the state tab; and the tab."""
+    agent, since, query = _param(params, "agent"), _param(params, "since"), _param(params, "q")
+    runs = for_tenant(Run.objects.all(), tenant)
     if agent:
         runs = runs.filter(agent_name=agent)
     if since in SINCE:
@@ -63,11 +64,18 @@ def run_list(request: HttpRequest) -> HttpResponse:
         with contextlib.suppress(ValueError):  # not every query is a run id
             match |= Q(pk=uuid.UUID(query))
         runs = runs.filter(match).distinct()
+    state = _param(params, "state")
+    return runs, state if state in RunStatus.values else ""
+
+
+def list_context(tenant, params) -> dict:
+    """Everything the run list shows for ``params`` (a QueryDict or a dict of lists)."""
+    runs, state = _filtered(tenant, params)
     counts = dict(runs.values_list("status").annotate(n=Count("id", distinct=True)).order_by())
-    if state in RunStatus.values:
+    if state:
         runs = runs.filter(status=state)
     # Keyset pagination: the page after (created_at, id), never OFFSET.
-    after = _cursor(request.GET.get("after"))
+    after = _cursor(_param(params, "after"))
     if after is not None:
         runs = runs.filter(Q(created_at__lt=after[0]) | Q(created_at=after[0], id__lt=after[1]))
     page = list(runs.order_by("-created_at", "-id")[: PAGE_SIZE + 1])
@@ -76,40 +84,60 @@ def run_list(request: HttpRequest) -> HttpResponse:
         page = page[:PAGE_SIZE]
         last = page[-1]
         next_cursor = f"{last.created_at.isoformat()}|{last.id}"
-    context = {
+    return {
         "runs": page,
         "state": state,
-        "agent": agent,
-        "since": since,
-        "q": query,
+        "agent": _param(params, "agent"),
+        "since": _param(params, "since"),
+        "q": _param(params, "q"),
         "tabs": [(s, s.label, counts.get(s.value, 0)) for s in WORKING + TERMINAL],
         "total": sum(counts.values()),
-        "agents": sorted(set(_runs(request).values_list("agent_name", flat=True))),
+        "agents": sorted(
+            set(for_tenant(Run.objects.all(), tenant).values_list("agent_name", flat=True))
+        ),
         "next_cursor": next_cursor,
     }
+
+
+def run_matches(run: Run, params) -> bool:
+    """Whether a run belongs on a list page opened with ``params`` (for live rows)."""
+    runs, state = _filtered(run.tenant, params)
+    if state:
+        runs = runs.filter(status=state)
+    return runs.filter(pk=run.id).exists()
+
+
+@require_GET
+@operator_required("view_runs")
+def run_list(request: HttpRequest) -> HttpResponse:
+    context = list_context(request.tenant, request.GET)
     template = "agentruns/run_list.html#run_table" if request.htmx else "agentruns/run_list.html"
     return render(request, template, context)
+
+
+def detail_context(run: Run, user) -> dict:
+    return {
+        "run": run,
+        "steps": list(run.steps.order_by("seq")),
+        "events": list(run.events.order_by("-id")[:200]),
+        "audit": list(
+            for_tenant(AuditEntry.objects.all(), run.tenant).filter(
+                object_type="run", object_id=str(run.id)
+            )[:50]
+        ),
+        "can_cancel": user.has_perm("accounts.cancel_runs")
+        and not run.is_terminal
+        and run.status != RunStatus.EFFECT_UNKNOWN,
+        "can_retry": user.has_perm("accounts.retry_runs")
+        and run.status in (RunStatus.WAITING_FOR_RETRY, RunStatus.SLEEPING),
+    }
 
 
 @require_GET
 @operator_required("view_runs")
 def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _run_or_404(request, run_id)
-    context = {
-        "run": run,
-        "steps": list(run.steps.order_by("seq")),
-        "events": list(run.events.order_by("-id")[:200]),
-        "audit": list(
-            for_tenant(AuditEntry.objects.all(), request.tenant).filter(
-                object_type="run", object_id=str(run.id)
-            )[:50]
-        ),
-        "can_cancel": request.user.has_perm("accounts.cancel_runs")
-        and not run.is_terminal
-        and run.status != RunStatus.EFFECT_UNKNOWN,
-        "can_retry": request.user.has_perm("accounts.retry_runs")
-        and run.status in (RunStatus.WAITING_FOR_RETRY, RunStatus.SLEEPING),
-    }
+    context = detail_context(run, request.user)
     template = "agentruns/run_detail.html#summary" if request.htmx else "agentruns/run_detail.html"
     return render(request, template, context)
 

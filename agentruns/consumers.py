@@ -1,0 +1,168 @@
+"""Live pages: a websocket per page pushes htmx out-of-band fragments when runs change.
+
+Workers are other processes, so the web process learns of changes from the
+RunEvent log, never from memory: each socket follows the log for its tenant.
+Events are hints (DESIGN §12.7): a fragment is always re-rendered from the
+run's current row, sequence values are not in commit order so a trailing
+window is re-read, and every (re)connect starts with a full snapshot. With
+Redis configured, workers also poke the tenant's group so pages update sooner;
+losing a poke costs only the polling interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from accounts.context_processors import attention
+from agentruns.models import Run, RunEvent
+
+POLL_SECONDS = 0.5
+# Sequence values are handed out before commit: an event with a lower id can
+# become visible after a higher one. Re-read this many ids behind the newest.
+TRAILING_WINDOW = 500
+
+
+def tenant_group(tenant_id: int) -> str:
+    return f"runs-tenant-{tenant_id}"
+
+
+class RunsConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        self.operator = await database_sync_to_async(self._operator)(user)
+        if self.operator is None:
+            await self.close(code=4403)
+            return
+        self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
+        if self.run_id is not None and not await database_sync_to_async(self._visible)():
+            await self.close(code=4404)
+            return
+        self.params = parse_qs(self.scope.get("query_string", b"").decode())
+        self.seen: deque[int] = deque(maxlen=4 * TRAILING_WINDOW)
+        self.poked = asyncio.Event()
+        await self.accept()
+        if self.channel_layer is not None:
+            await self.channel_layer.group_add(
+                tenant_group(self.operator.tenant_id), self.channel_name
+            )
+        await self.send(text_data=await database_sync_to_async(self._snapshot)())
+        self.follower = asyncio.create_task(self._follow())
+
+    async def disconnect(self, code: int) -> None:
+        follower = getattr(self, "follower", None)
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+        operator = getattr(self, "operator", None)
+        if operator is not None and self.channel_layer is not None:
+            await self.channel_layer.group_discard(
+                tenant_group(operator.tenant_id), self.channel_name
+            )
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        # The page sends nothing the server acts on; actions are ordinary POSTs.
+        return
+
+    async def runs_poke(self, message) -> None:
+        self.poked.set()
+
+    async def _follow(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.poked.wait(), timeout=POLL_SECONDS)
+            self.poked.clear()
+            fragments = await database_sync_to_async(self._changes)()
+            if fragments:
+                await self.send(text_data=fragments)
+
+    # --- database side (runs in a worker thread) --------------------------------
+
+    def _operator(self, user):
+        operator = getattr(user, "operator", None)
+        if operator is None or not user.has_perm("accounts.view_runs"):
+            return None
+        return operator
+
+    def _visible(self) -> bool:
+        return Run.objects.filter(pk=self.run_id, tenant_id=self.operator.tenant_id).exists()
+
+    def _events(self):
+        floor = (max(self.seen) - TRAILING_WINDOW) if self.seen else -1
+        events = RunEvent.objects.filter(id__gt=floor, run__tenant_id=self.operator.tenant_id)
+        if self.run_id is not None:
+            events = events.filter(run_id=self.run_id)
+        return list(events.order_by("id").values_list("id", "run_id", "type"))
+
+    def _snapshot(self) -> str:
+        # Mark what is already in the log before rendering: anything newer is
+        # pushed afterwards, so nothing falls between the snapshot and the log.
+        events = self._events()
+        self.seen.extend(event_id for event_id, _, _ in events)
+        if self.run_id is not None:
+            return self._detail_fragments()
+        return self._list_fragments()
+
+    def _changes(self) -> str:
+        seen = set(self.seen)
+        fresh = [(i, run_id, kind) for i, run_id, kind in self._events() if i not in seen]
+        if not fresh:
+            return ""
+        self.seen.extend(i for i, _, _ in fresh)
+        if self.run_id is not None:
+            return self._detail_fragments()
+        from agentruns.views import list_context, run_matches
+
+        parts = []
+        created = {run_id for _, run_id, kind in fresh if kind == "created"}
+        for run in Run.objects.filter(pk__in={run_id for _, run_id, _ in fresh}):
+            if run_matches(run, self.params):
+                # A new run goes on top; a known one is replaced where it stands.
+                oob = "afterbegin:#run-rows" if run.id in created else "true"
+                parts.append(
+                    render_to_string("agentruns/run_list.html#row", {"run": run, "oob": oob})
+                )
+            else:
+                parts.append(f'<tr id="run-{run.id}" hx-swap-oob="delete"></tr>')
+        context = list_context(self.operator.tenant, {**self.params, "after": [""]})
+        parts.append(render_to_string("agentruns/run_list.html#tabs", {**context, "oob": True}))
+        parts.append(self._attention())
+        return "".join(parts)
+
+    def _list_fragments(self) -> str:
+        from agentruns.views import list_context
+
+        context = {**list_context(self.operator.tenant, self.params), "oob": True}
+        return (
+            render_to_string("agentruns/run_list.html#run_table", context)
+            + render_to_string("agentruns/run_list.html#tabs", context)
+            + self._attention()
+        )
+
+    def _detail_fragments(self) -> str:
+        from agentruns.views import detail_context
+
+        run = Run.objects.select_related("tenant").get(pk=self.run_id)
+        context = {**detail_context(run, self.operator.user), "oob": True}
+        return (
+            render_to_string("agentruns/run_detail.html#summary", context)
+            + render_to_string("agentruns/run_detail.html#timeline", context)
+            + render_to_string("agentruns/run_detail.html#events", context)
+            + self._attention()
+        )
+
+    def _attention(self) -> str:
+        class _Request:
+            user = self.operator.user
+
+        return render_to_string("accounts/_attention.html", {**attention(_Request()), "oob": True})

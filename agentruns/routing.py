@@ -1,0 +1,8 @@
+from django.urls import path
+
+from agentruns.consumers import RunsConsumer
+
+websocket_urlpatterns = [
+    path("ws/runs/", RunsConsumer.as_asgi()),
+    path("ws/runs/<uuid:run_id>/", RunsConsumer.as_asgi()),
+]
