@@ -123,18 +123,22 @@ class RunsConsumer(AsyncWebsocketConsumer):
             return self._detail_fragments()
         from agentruns.views import list_context, run_matches
 
-        parts = []
         created = {run_id for _, run_id, kind in fresh if kind == "created"}
-        for run in Run.objects.filter(pk__in={run_id for _, run_id, _ in fresh}):
+        changed = list(Run.objects.filter(pk__in={run_id for _, run_id, _ in fresh}))
+        if any(run.id in created and run_matches(run, self.params) for run in changed):
+            # A new run belongs on this page: render the page again (it may have
+            # been empty, with no table to add a row to).
+            return self._list_fragments()
+        parts = []
+        for run in changed:
             if run_matches(run, self.params):
-                # A new run goes on top; a known one is replaced where it stands.
-                oob = "afterbegin:#run-rows" if run.id in created else "true"
                 parts.append(
-                    render_to_string("agentruns/run_list.html#row", {"run": run, "oob": oob})
+                    render_to_string("agentruns/run_list.html#row", {"run": run, "oob": "true"})
                 )
             else:
+                # It left this tab's state (or never matched): not on this page.
                 parts.append(f'<tr id="run-{run.id}" hx-swap-oob="delete"></tr>')
-        context = list_context(self.operator.tenant, {**self.params, "after": [""]})
+        context = list_context(self.operator.tenant, self.params)
         parts.append(render_to_string("agentruns/run_list.html#tabs", {**context, "oob": True}))
         parts.append(self._attention())
         return "".join(parts)

@@ -61,7 +61,7 @@ def test_a_new_run_is_added_on_top_of_a_matching_list(viewer_client, harness):
         await socket.receive_from(timeout=5)
         run = await database_sync_to_async(harness.start)("flow")
         update = await socket.receive_from(timeout=5)
-        assert f'<tr id="run-{run.id}" hx-swap-oob="afterbegin:#run-rows"' in update
+        assert 'id="run-table" hx-swap-oob="true"' in update and f"run-{run.id}" in update
         # Once it leaves the tab's state, the row goes away.
         await database_sync_to_async(harness.advance)(run)
         update = await socket.receive_from(timeout=5)

@@ -1,0 +1,116 @@
+"""A live server (daphne, in a forked process) and a real worker, for Chromium to drive.
+
+Debian's Chromium is driven through Playwright's Python package with
+``executable_path``; Playwright's own browser download is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = ROOT / "var" / "screenshots"
+
+
+def pytest_collection_modifyitems(config, items):
+    # Without the browser there is nothing to drive: say so loudly instead of passing.
+    if not Path(CHROMIUM).exists():
+        for item in items:
+            if "tests/browser" in str(item.fspath):
+                item.add_marker(
+                    pytest.mark.xfail(
+                        reason=f"{CHROMIUM} is missing: apt-get install -y chromium",
+                        run=False,
+                        strict=True,
+                    )
+                )
+
+
+@pytest.fixture(scope="module")
+def live_server_url(django_db_setup, django_db_blocker):
+    from channels.testing.live import make_application, set_database_connection
+    from daphne.testing import DaphneProcess
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    with django_db_blocker.unblock():
+        server = DaphneProcess(
+            "127.0.0.1",
+            partial(make_application, static_wrapper=ASGIStaticFilesHandler),
+            setup=set_database_connection,
+        )
+        server.start()
+        assert server.ready.wait(15), "daphne did not start"
+    yield f"http://127.0.0.1:{server.port.value}"
+    server.terminate()
+    server.join()
+
+
+@pytest.fixture(scope="module")
+def browser(live_server_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    yield context.new_page()
+    context.close()
+
+
+@pytest.fixture
+def screenshot(page):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def take(name: str) -> Path:
+        path = SCREENSHOTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
+
+
+@pytest.fixture
+def workers(tmp_path):
+    """A real worker cluster and sweeper on the test database, in their own process groups."""
+    env = {**os.environ, "HOLDFAST_SWEEP_INTERVAL_SECONDS": "0.2", "HOLDFAST_WORKERS": "1"}
+    db = settings.DATABASES["default"]
+    if connection.vendor == "postgresql":
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        )
+    else:
+        env["HOLDFAST_SQLITE_PATH"] = str(db["NAME"])
+    processes = []
+    for command in (["qcluster"], ["sweep", "--loop"]):
+        log = (tmp_path / f"{command[0]}.log").open("w")
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "manage.py", *command],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    yield processes
+    for process in processes:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

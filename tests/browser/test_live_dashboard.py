@@ -1,0 +1,86 @@
+"""An operator logs in, watches a run finish without reloading, and reads its timeline."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from agentruns.services import run_start
+
+pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
+
+
+def _log_in(page, live_server_url, username):
+    page.goto(f"{live_server_url}/runs/")
+    expect(page).to_have_url(f"{live_server_url}/accounts/login/?next=/runs/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", "correct horse battery")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{live_server_url}/runs/")
+
+
+def test_an_operator_watches_a_run_complete_and_reads_its_timeline(
+    page, live_server_url, tenant, make_operator, workers, screenshot
+):
+    make_operator(tenant, "operator", username="ann")
+    _log_in(page, live_server_url, "ann")
+    expect(page.locator(".empty-state")).to_contain_text("No runs yet")
+    screenshot("runs-empty")
+
+    # A client starts a run while the page is open; a real worker advances it, and
+    # the sweeper wakes it from its two-second timer.
+    run, _ = run_start(
+        tenant=tenant,
+        agent_name="order_status",
+        input={"order_id": "A-1001", "follow_up_seconds": 2},
+        request_id="browser-1",
+    )
+    row = page.locator(f"#run-{run.id}")
+    expect(row).to_be_visible(timeout=15_000)
+    expect(row.locator(".state")).not_to_have_text("completed")
+    screenshot("runs-working")
+    expect(row.locator(".state")).to_have_text("completed", timeout=30_000)
+    expect(page.locator("#state-tabs")).to_contain_text("completed 1")
+    screenshot("runs-completed")
+
+    row.locator("a").first.click()
+    expect(page.locator("#run-summary")).to_contain_text("completed")
+    expect(page.locator("#timeline")).to_contain_text("0001.tool.order_status")
+    expect(page.locator("#timeline")).to_contain_text("0003.wait.sleep")
+    expect(page.locator("#events")).to_contain_text("finished")
+    screenshot("run-detail")
+
+
+def test_cancel_from_the_detail_page_updates_it_in_place(
+    page, live_server_url, tenant, make_operator, screenshot
+):
+    make_operator(tenant, "operator", username="bob")
+    run, _ = run_start(
+        tenant=tenant,
+        agent_name="order_status",
+        input={"order_id": "A-1002"},
+        request_id="browser-2",
+    )
+    _log_in(page, live_server_url, "bob")
+    page.goto(f"{live_server_url}/runs/{run.id}/")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("text=Cancel run")
+    expect(page.locator("#run-summary")).to_contain_text("cancelled_no_effect")
+    expect(page.locator("#run-summary .flash")).to_contain_text("Cancel requested")
+    screenshot("run-cancelled")
+
+
+def test_the_pages_work_at_a_narrow_width(browser, live_server_url, tenant, make_operator):
+    make_operator(tenant, "viewer", username="cy")
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    page = context.new_page()
+    _log_in(page, live_server_url, "cy")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 400
+    page.screenshot(
+        path=str(
+            __import__("tests.browser.conftest", fromlist=["x"]).SCREENSHOTS / "runs-narrow.png"
+        ),
+        full_page=True,
+    )
+    context.close()
