@@ -24,20 +24,6 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = ROOT / "var" / "screenshots"
 
 
-def pytest_collection_modifyitems(config, items):
-    # Without the browser there is nothing to drive: say so loudly instead of passing.
-    if not Path(CHROMIUM).exists():
-        for item in items:
-            if "tests/browser" in str(item.fspath):
-                item.add_marker(
-                    pytest.mark.xfail(
-                        reason=f"{CHROMIUM} is missing: apt-get install -y chromium",
-                        run=False,
-                        strict=True,
-                    )
-                )
-
-
 @pytest.fixture(scope="module")
 def live_server_url(django_db_setup, django_db_blocker):
     from channels.testing.live import make_application, set_database_connection
@@ -61,6 +47,8 @@ def live_server_url(django_db_setup, django_db_blocker):
 def browser(live_server_url):
     from playwright.sync_api import sync_playwright
 
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield chromium
