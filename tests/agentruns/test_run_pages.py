@@ -115,3 +115,20 @@ def test_the_list_and_detail_refuse_post(viewer, harness):
     run = harness.start("flow")
     assert viewer.post("/runs/").status_code == 405
     assert viewer.post(f"/runs/{run.id}/").status_code == 405
+
+
+def test_sensitive_fields_are_masked_in_step_payloads(viewer, harness):
+    run = harness.start("mailer")
+    harness.advance(run)
+    page = viewer.get(f"/runs/{run.id}/").content.decode()
+    assert "a@example.com" not in page  # the "to" of an email is an address…
+    step = run.steps.get(name="send_email")
+    assert step.input["to"] == "a@example.com"
+
+
+def test_the_payload_filter_masks_by_key_and_shortens_large_values():
+    from agentruns.templatetags.runs import payload
+
+    shown = payload({"customer": {"email": "x@y.z", "name": "Ann"}, "api_key": "sk_live_1"})
+    assert "x@y.z" not in shown and "sk_live_1" not in shown and "Ann" in shown
+    assert "more characters" in payload({"rows": ["x" * 100] * 100})
