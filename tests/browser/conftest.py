@@ -24,9 +24,20 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = ROOT / "var" / "screenshots"
 
 
+def _fresh_connections() -> None:
+    # The forked server inherits settings that already name the test databases
+    # (channels' own helper would prefix "test_" a second time on PostgreSQL);
+    # it only must not share the parent's open connections. Abandon them rather
+    # than close them: closing would end the parent's session on the same socket.
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        conn.connection = None
+
+
 @pytest.fixture(scope="module")
 def live_server_url(django_db_setup, django_db_blocker):
-    from channels.testing.live import make_application, set_database_connection
+    from channels.testing.live import make_application
     from daphne.testing import DaphneProcess
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
@@ -34,7 +45,7 @@ def live_server_url(django_db_setup, django_db_blocker):
         server = DaphneProcess(
             "127.0.0.1",
             partial(make_application, static_wrapper=ASGIStaticFilesHandler),
-            setup=set_database_connection,
+            setup=_fresh_connections,
         )
         server.start()
         assert server.ready.wait(15), "daphne did not start"
