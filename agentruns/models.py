@@ -11,7 +11,8 @@ import uuid
 from decimal import Decimal
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 
@@ -159,8 +160,14 @@ class Run(models.Model):
             models.Index(
                 fields=["enqueued_at"], condition=Q(status=RunStatus.QUEUED), name="run_queued"
             ),
-            # run lists: a tenant's runs in a state, newest first
+            # run lists: a tenant's runs in a state, newest first; and the state counts
             models.Index(fields=["tenant", "status", "-created_at"], name="run_tenant_status"),
+            # run lists: all of a tenant's runs, newest first, keyset pages
+            models.Index(fields=["tenant", "-created_at", "-id"], name="run_tenant_recent"),
+            # run search by order id
+            models.Index(
+                F("tenant"), KeyTransform("order_id", "input"), name="run_tenant_order_id"
+            ),
         ]
 
     def __str__(self) -> str:

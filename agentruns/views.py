@@ -15,9 +15,9 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.access import operator_required, user_actor
 from accounts.models import AuditEntry
 from accounts.services import audit_record, for_tenant
-from agentruns.models import TERMINAL_STATUSES, Run, RunStatus
+from agentruns.models import TERMINAL_STATUSES, Run, RunStatus, Step
 from agentruns.runtime import CancelRefused
-from agentruns.services import run_cancel, run_wake
+from agentruns.services import get_registry, run_cancel, run_wake
 
 PAGE_SIZE = 50
 WORKING = [s for s in RunStatus if s not in TERMINAL_STATUSES]
@@ -60,10 +60,16 @@ def _filtered(tenant, params):
     if since in SINCE:
         runs = runs.filter(created_at__gte=timezone.now() - SINCE[since])
     if query:
-        match = Q(request_id=query) | Q(input__order_id=query) | Q(steps__effect_key=query)
+        # No join to steps: the effect key's runs are looked up first (a unique
+        # index), so the search stays one indexed OR over runs (run_tenant_order_id,
+        # run_unique_request_id_per_tenant, the primary key).
+        by_effect = list(
+            Step.objects.filter(effect_key=query).values_list("run_id", flat=True)[:100]
+        )
+        match = Q(request_id=query) | Q(input__order_id=query) | Q(pk__in=by_effect)
         with contextlib.suppress(ValueError):  # not every query is a run id
             match |= Q(pk=uuid.UUID(query))
-        runs = runs.filter(match).distinct()
+        runs = runs.filter(match)
     state = _param(params, "state")
     return runs, state if state in RunStatus.values else ""
 
@@ -71,13 +77,17 @@ def _filtered(tenant, params):
 def list_context(tenant, params) -> dict:
     """Everything the run list shows for ``params`` (a QueryDict or a dict of lists)."""
     runs, state = _filtered(tenant, params)
-    counts = dict(runs.values_list("status").annotate(n=Count("id", distinct=True)).order_by())
+    # Count("*") lets the counts come from the run_tenant_status index alone.
+    counts = dict(runs.values_list("status").annotate(n=Count("*")).order_by())
     if state:
         runs = runs.filter(status=state)
-    # Keyset pagination: the page after (created_at, id), never OFFSET.
+    # Keyset pagination: the page after (created_at, id), never OFFSET. The extra
+    # created_at bound turns the OR into an index range (run_tenant_recent).
     after = _cursor(_param(params, "after"))
     if after is not None:
-        runs = runs.filter(Q(created_at__lt=after[0]) | Q(created_at=after[0], id__lt=after[1]))
+        runs = runs.filter(created_at__lte=after[0]).filter(
+            Q(created_at__lt=after[0]) | Q(created_at=after[0], id__lt=after[1])
+        )
     page = list(runs.order_by("-created_at", "-id")[: PAGE_SIZE + 1])
     next_cursor = None
     if len(page) > PAGE_SIZE:
@@ -92,9 +102,8 @@ def list_context(tenant, params) -> dict:
         "q": _param(params, "q"),
         "tabs": [(s, s.label, counts.get(s.value, 0)) for s in WORKING + TERMINAL],
         "total": sum(counts.values()),
-        "agents": sorted(
-            set(for_tenant(Run.objects.all(), tenant).values_list("agent_name", flat=True))
-        ),
+        # The deployment's agents, not a scan of every run for its agent name.
+        "agents": get_registry().names(),
         "next_cursor": next_cursor,
     }
 
