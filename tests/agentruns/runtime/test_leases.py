@@ -42,16 +42,8 @@ def test_two_workers_racing_for_a_run_yield_one_advance(harness, provider):
 
 
 def test_two_workers_recovering_an_expired_lease_yield_one_advance(harness, provider):
-    engine = harness.build()
-
-    def crash():
-        raise SystemExit("worker killed")
-
-    engine.faults.arm(faults.AFTER_RESULT_RECORDED, crash, step_name="lookup_order")
     run = harness.start("flow")
-    with pytest.raises(SystemExit):
-        harness.advance(run, engine)
-    harness.expire_lease(run)
+    harness.interrupt(run, faults.AFTER_RESULT_RECORDED, "lookup_order")
     outcomes = _in_threads(2, lambda i: harness.build().advance(run.id, owner=f"rescuer-{i}"))
     assert sorted(outcomes) == ["finished:completed", "not_claimed"]
     assert provider.calls["charge"] == 1
