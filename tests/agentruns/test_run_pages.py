@@ -43,6 +43,20 @@ def test_the_list_shows_the_tenants_runs_by_state(viewer, harness, provider):
     assert 'sleeping <span class="count">1</span>' in page
 
 
+def test_counts_stop_at_the_cap_and_say_so(viewer, harness, monkeypatch):
+    from agentruns import views
+
+    monkeypatch.setattr(views, "COUNT_CAP", 2)
+    for _ in range(3):
+        harness.start("flow")
+    page = viewer.get("/runs/").content.decode()
+    assert 'queued <span class="count">2+</span>' in page
+    assert 'All <span class="count">2+</span>' in page
+    harness.advance(harness.start("flow"))
+    page = viewer.get("/runs/").content.decode()
+    assert 'completed <span class="count">1</span>' in page
+
+
 def test_another_tenants_runs_are_invisible(client, harness, other_tenant, make_operator):
     run = harness.start("flow")
     client.force_login(make_operator(other_tenant, "viewer"))
