@@ -15,6 +15,9 @@ class Tenant(models.Model):
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
+    # Per-agent configuration that overrides the agent's own, pinned into every
+    # new run: {"refund_support": {"approvals": {"auto_approve_up_to": 10000}}}.
+    agent_config = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import logging
 import uuid
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -49,12 +50,15 @@ def _process_faults() -> FaultPoints:
     return FaultPoints.from_env()
 
 
-def build_engine() -> Engine:
+def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engine:
+    from approvals.gate import DatabaseApprovalGate
+
     return Engine(
         registry=get_registry(),
         settings=engine_settings(),
-        enqueue=run_enqueue,
+        enqueue=enqueue or run_enqueue,
         faults=_process_faults(),
+        approvals=DatabaseApprovalGate(),
     )
 
 
@@ -96,6 +100,9 @@ def run_start(
         dedupe_key=dedupe_key,
         requested_by=requested_by,
         enqueue=run_enqueue,
+        # The tenant's own settings for this agent (an auto-approval amount, say),
+        # pinned into the run with the agent's configuration.
+        config_overrides=(tenant.agent_config or {}).get(agent_name),
     )
 
 
@@ -105,3 +112,10 @@ def run_cancel(run_id: uuid.UUID | str, *, by: str) -> Run:
 
 def run_wake(run_id: uuid.UUID | str, *, by: str) -> bool:
     return build_engine().wake_now(run_id, by=by)
+
+
+def run_resume(
+    run_id: uuid.UUID | str, *, by: str, enqueue: Callable[[uuid.UUID], None] | None = None
+) -> bool:
+    """Wake a run waiting for approval: a decision was recorded, or a request renewed."""
+    return build_engine(enqueue=enqueue).resume_after_approval(run_id, by=by)

@@ -19,6 +19,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 
 from agentruns.dbclock import DbNow
 from agentruns.models import TIMED_STATUSES, Run, RunStatus, SweeperLease
+from agentruns.services import run_resume
 
 log = logging.getLogger("holdfast.sweeper")
 
@@ -30,12 +31,16 @@ class SweepReport:
     woken: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
+    # Runs waiting for approval whose approval was decided (or renewed) while
+    # the wake-up was lost.
+    resumed: list[str] = field(default_factory=list)
+    approvals_expired: int = 0
     # Working runs with nobody responsible for their next move (DESIGN §5).
     orphaned: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return len(self.woken) + len(self.recovered) + len(self.requeued)
+        return len(self.woken) + len(self.recovered) + len(self.requeued) + len(self.resumed)
 
 
 def _ago(seconds: float):
@@ -93,6 +98,13 @@ def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> Sweep
                 push(str(run_id))
                 bucket.append(str(run_id))
 
+    from approvals.services import approvals_expire, runs_with_decided_approvals
+
+    report.approvals_expired = approvals_expire()
+    for run_id in runs_with_decided_approvals(limit=limit):
+        if run_resume(run_id, by="sweeper", enqueue=lambda rid: push(str(rid))):
+            report.resumed.append(str(run_id))
+
     orphans = Run.objects.filter(
         Q(status__in=[RunStatus.RUNNING, RunStatus.COMPENSATING], lease_expires_at__isnull=True)
         | Q(status__in=list(TIMED_STATUSES), next_attempt_at__isnull=True)
@@ -100,12 +112,14 @@ def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> Sweep
     for run_id, status in orphans:
         report.orphaned.append(str(run_id))
         log.error("run %s is %s with nobody responsible for its next move", run_id, status)
-    if report.total:
+    if report.total or report.approvals_expired:
         log.info(
-            "sweep: woke %d, recovered %d, requeued %d",
+            "sweep: woke %d, recovered %d, requeued %d, resumed %d; %d approvals expired",
             len(report.woken),
             len(report.recovered),
             len(report.requeued),
+            len(report.resumed),
+            report.approvals_expired,
         )
     return report
 

@@ -118,6 +118,26 @@ def refund_find(*, payment_intent: str, effect_key: str, timeout: float) -> dict
         starting_after = page.data[-1].id
 
 
+def payment_state(payment_intent: str, *, timeout: float) -> dict[str, Any]:
+    """What a refund decision depends on: the amount received and already refunded."""
+    try:
+        intent = payments_client(timeout).v1.payment_intents.retrieve(
+            payment_intent, params={"expand": ["latest_charge"]}
+        )
+    except stripe.StripeError as error:
+        raise translate_stripe_error(error) from error
+    charge = intent.latest_charge
+    refunded = getattr(charge, "amount_refunded", None) if charge is not None else None
+    if refunded is None:
+        raise ValueError(f"{payment_intent}: the provider did not report the refunded amount")
+    return {
+        "payment_intent": intent.id,
+        "currency": intent.currency,
+        "amount_received": intent.amount_received,
+        "amount_refunded": refunded,
+    }
+
+
 def _refund_json(refund: Any) -> dict[str, Any]:
     return {
         "id": refund.id,

@@ -115,8 +115,9 @@ def _order_from(request) -> dict[str, Any]:
     scenarios={"refund": refund_scenario},
     budget=Budget(max_steps=30, max_model_calls=10),
     config={
-        # Approvals land with their own feature; until then refunds run without one.
-        "approvals": {"enabled": False, "auto_approve_up_to": 5000},
+        # Refunds above this many minor units wait for an approver. A tenant sets
+        # its own amount in Tenant.agent_config; the run pins what applied at start.
+        "approvals": {"enabled": True, "auto_approve_up_to": 5000},
     },
 )
 def refund_support(ctx, input):

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from agentruns.runtime import (
     MANUAL,
     READ_ONLY,
+    ApprovalPolicy,
     CallInfo,
     LookupResult,
     ProviderBusy,
@@ -71,6 +72,37 @@ def _find_refund(request: dict, call: CallInfo) -> LookupResult:
     return LookupResult("found", found, conclusive=True)
 
 
+def _refund_needs_approval(args: dict, config: dict) -> bool:
+    # From the run's pinned configuration: the agent's default, or the tenant's own
+    # auto-approval amount when it set one.
+    approvals = config.get("approvals", {})
+    if not approvals.get("enabled", True):
+        return False
+    limit = approvals.get("auto_approve_up_to")
+    return limit is None or args["amount"] > limit
+
+
+def _refund_preview(args: dict) -> str:
+    return (
+        f"Refund {args['amount'] / 100:,.2f} {args['currency'].upper()} of order "
+        f"{args['order_id']} (payment {args['payment_intent']}, reason: {args['reason']})"
+    )
+
+
+def _payment_state(args: dict, call: CallInfo) -> dict:
+    return adapters.payment_state(args["payment_intent"], timeout=call.timeout)
+
+
+REFUND_APPROVAL = ApprovalPolicy(
+    required=_refund_needs_approval,
+    resource=lambda args: f"payment_intent:{args['payment_intent']}",
+    resource_state=_payment_state,
+    preview=_refund_preview,
+    amount=lambda args: (args["amount"], args["currency"]),
+    expires_after=timedelta(hours=24),
+)
+
+
 @tool(
     name="issue_refund",
     args=IssueRefundArgs,
@@ -79,13 +111,20 @@ def _find_refund(request: dict, call: CallInfo) -> LookupResult:
     request=_refund_request,
     lookup=_find_refund,
     timeout=10.0,
+    approval=REFUND_APPROVAL,
 )
 def issue_refund(request: dict, call: CallInfo) -> dict:
+    metadata = {**request["metadata"], "holdfast_run_id": call.run_id}
+    if call.approval_id is not None:
+        # The provider's own record names the approval that authorised it. The
+        # same on every resend (it is the approval this effect key consumed), so
+        # the idempotent request stays identical.
+        metadata["holdfast_approval_id"] = str(call.approval_id)
     refund = adapters.refund_create(
         payment_intent=request["payment_intent"],
         amount=request["amount"],
         reason=request["reason"],
-        metadata={**request["metadata"], "holdfast_run_id": call.run_id},
+        metadata=metadata,
         effect_key=call.effect_key,
         timeout=call.timeout,
     )

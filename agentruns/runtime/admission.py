@@ -51,8 +51,12 @@ def start_run(
     dedupe_key: str | None = None,
     requested_by: str = "",
     enqueue: Callable[[uuid.UUID], None] | None = None,
+    config_overrides: dict[str, Any] | None = None,
 ) -> tuple[Run, bool]:
     """Start a run of the newest registered version of ``agent_name``.
+
+    ``config_overrides`` (the tenant's settings for the agent) are merged into the
+    agent's configuration, key by key, and pinned with it.
 
     Returns ``(run, created)``. A repeated ``request_id`` with the same agent and
     input returns the run it started the first time (``created`` is False); with
@@ -90,6 +94,8 @@ def start_run(
         return _same_request(existing, input_hash), False
 
     snapshot = agent.snapshot()
+    if config_overrides:
+        snapshot["config"] = _merged(snapshot["config"], config_overrides)
     scenario = input.get("scenario") or agent.config.get("scenario")
     if agent.model.provider == "scripted" and agent.scenarios:
         if scenario is None and len(agent.scenarios) == 1:
@@ -141,6 +147,16 @@ def start_run(
                 ) from None
         raise
     return run, True
+
+
+def _merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _same_request(existing: Run, input_hash: str) -> Run:

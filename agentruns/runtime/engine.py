@@ -43,6 +43,13 @@ from agentruns.models import (
     StepStatus,
 )
 from agentruns.runtime import faults as fault_points
+from agentruns.runtime.approval import (
+    ApprovalGate,
+    ApprovalRequest,
+    ApprovalState,
+    Guard,
+    NoApprovals,
+)
 from agentruns.runtime.context import (
     AgentUsageError,
     ModelResponse,
@@ -126,8 +133,10 @@ class Engine:
         providers: ProviderFactory | None = None,
         store: Store | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        approvals: ApprovalGate | None = None,
     ):
         self.registry = registry
+        self.approvals: ApprovalGate = approvals or NoApprovals()
         self.settings = settings or EngineSettings()
         self.enqueue = enqueue or (lambda run_id: None)
         self.faults = faults or FaultPoints()
@@ -253,6 +262,23 @@ class Engine:
             run_where=(where, params),
             run_set={"next_attempt_at": NOW, "enqueued_at": NOW},
             event=Event("woken", payload={"by": by}),
+        )
+        if committed.fenced:
+            self.enqueue(run_id)
+        return committed.fenced
+
+    def resume_after_approval(self, run_id: uuid.UUID | str, *, by: str) -> bool:
+        """Make a run waiting for approval runnable again (a decision was recorded,
+        or an expired approval is to be requested again) and enqueue it."""
+        run_id = uuid.UUID(str(run_id))
+        params: list[Any] = []
+        where = f"id = {self.store._value(run_id, params)} AND status = %s"
+        params.append(RunStatus.WAITING_FOR_APPROVAL.value)
+        committed = self.store.transition(
+            fence=None,
+            run_where=(where, params),
+            run_set={"status": RunStatus.QUEUED.value, "next_attempt_at": None, "enqueued_at": NOW},
+            event=Event("resumed", payload={"by": by}),
         )
         if committed.fenced:
             self.enqueue(run_id)
@@ -456,6 +482,7 @@ class _Advance:
         fact: bool = False,
         lease_margin: float | None = None,
         unless_cancelled: bool = False,
+        guard: Guard | None = None,
     ):
         run_set = dict(run_set or {})
         # A fenced write renews the lease when a third of it is used up. Not on
@@ -476,6 +503,7 @@ class _Advance:
             step_is_fact=fact,
             lease_margin=lease_margin,
             unless_cancelled=unless_cancelled,
+            guard=guard,
         )
         if committed.fenced:
             self.cancel_unseen = False
@@ -953,7 +981,7 @@ class _Advance:
             seq, step_id, kind, tool, canonical, input_hash, recorded, compensates=compensates
         )
 
-    def _call_info(self, step_id, effect_key, attempt, timeout) -> CallInfo:
+    def _call_info(self, step_id, effect_key, attempt, timeout, approval_id=None) -> CallInfo:
         return CallInfo(
             run_id=str(self.run_id),
             step_id=step_id,
@@ -961,6 +989,7 @@ class _Advance:
             attempt=attempt,
             timeout=timeout,
             config=self.snapshot.get("config", {}),
+            approval_id=approval_id,
         )
 
     def _read_only(self, seq, step_id, kind, tool, canonical, input_hash, recorded):
@@ -1061,6 +1090,191 @@ class _Advance:
         )
         raise Suspend(RunStatus.WAITING_FOR_RETRY, verdict.message, already_written=True)
 
+    # --- approvals (DESIGN §8) ----------------------------------------------------------
+
+    def _needs_approval(self, tool: Tool, args: dict[str, Any]) -> bool:
+        # Decided from the run's pinned configuration, so a deploy that changes the
+        # threshold never changes what an already-started run needs.
+        return tool.approval is not None and bool(
+            tool.approval.required(args, self.snapshot.get("config", {}))
+        )
+
+    def _plan(self, tool: Tool, step_id: str, insert: dict[str, Any]) -> Step:
+        """Record a new gated effect as ``planned``: effect key and request fixed, not sent."""
+        write = StepInsert({**insert, "status": StepStatus.PLANNED})
+        committed = self._decide(
+            run_set=self._progress(step_id),
+            step=write,
+            event=Event("step_planned", step_id, {"tool": tool.name, "needs": "approval"}),
+            unless_cancelled=True,
+        )
+        self.counters["steps"] += 1
+        return self._reload_pk(committed.step_pk)
+
+    def _reload_pk(self, pk: int) -> Step:
+        step = Step.objects.get(pk=pk)
+        self.steps[step.seq] = step
+        return step
+
+    def _approval_consumed(self, tool: Tool, step: Step) -> bool:
+        return (
+            tool.approval is not None
+            and self.engine.approvals.approval_for_effect(step.effect_key) is not None
+        )
+
+    def _gated_send(self, tool: Tool, step: Step) -> Step:
+        """Send a planned effect once an approval bound to it still holds, or wait for one.
+
+        Only ``planned`` steps come here: a step that is ``running`` or ``unknown``
+        is settled first and never gated again (our own refund changes the
+        resource fingerprint, so a check then would be wrong).
+        """
+        if not self._needs_approval(tool, step.input) and not self._approval_consumed(tool, step):
+            return self._send(tool, step.step_id, step=step)
+        gate = self.engine.approvals
+        latest = gate.latest(str(self.run_id), step.step_id)
+        if latest is None:
+            raise self._request_approval(tool, step)
+        if latest.status == "pending":
+            raise self._await_approval(step, latest.id, "waiting for an operator's decision")
+        if latest.status == "expired":
+            if latest.rerequested:
+                raise self._request_approval(
+                    tool, step, previous=latest, changes=["the earlier request expired"]
+                )
+            raise self._await_approval(
+                step,
+                latest.id,
+                "the approval request expired; an operator may request it again or cancel",
+            )
+        if latest.status == "rejected":
+            reason = f"rejected by {latest.decided_by}" + (
+                f": {latest.note}" if latest.note else ""
+            )
+            values = {
+                "status": StepStatus.FAILED,
+                "completed_at": NOW,
+                "last_error_class": "approval_rejected",
+                "last_error": reason,
+            }
+            self._decide(
+                run_set=self._progress(step.step_id, new_step=False),
+                step=StepUpdate(step.pk, values, only_if_status=(StepStatus.PLANNED,)),
+                event=Event("step_failed", step.step_id, {"reason": "approval_rejected"}),
+            )
+            return _known(step, values)
+        reusable = latest.status == "approved" or (
+            latest.status == "consumed" and latest.consumed_by_effect_key == step.effect_key
+        )
+        if not reusable:
+            # invalidated (the new request did not get written), or consumed by
+            # another send: ask again.
+            raise self._request_approval(tool, step, previous=latest)
+        state = self._resource_state(tool, step)
+        fingerprint = content_hash(state)
+        args_hash = content_hash(step.input)
+        guard = gate.consume_guard(
+            latest.id,
+            vendor=self.store.vendor,
+            tenant_id=self.run.tenant_id,
+            args_hash=args_hash,
+            resource_fingerprint=fingerprint,
+            effect_key=step.effect_key,
+        )
+        try:
+            return self._send(tool, step.step_id, step=step, guard=guard, approval_id=latest.id)
+        except _ApprovalRefused:
+            pass
+        reason = gate.explain(
+            latest.id,
+            tenant_id=self.run.tenant_id,
+            args_hash=args_hash,
+            resource_fingerprint=fingerprint,
+        )
+        gate.invalidate(latest.id, reason)
+        raise self._request_approval(tool, step, previous=latest, changes=[reason], state=state)
+
+    def _resource_state(self, tool: Tool, step: Step) -> dict[str, Any]:
+        """Read the resource the decision depends on, from its provider."""
+        info = self._call_info(step.step_id, step.effect_key, step.attempts, tool.timeout)
+        try:
+            with self._heartbeat(tool.timeout):
+                return _json_safe(tool.approval.resource_state(step.input, info))
+        except Exception as exc:
+            # A read changes nothing: wait and read again.
+            delay = tool.retry.delay(max(1, self.run.claim_count))
+            reason = f"could not read {tool.approval.resource(step.input)}: {exc}"
+            self._decide(
+                run_set=self._suspend_set(
+                    RunStatus.WAITING_FOR_RETRY, delay, new_step=False, step_id=step.step_id
+                ),
+                event=Event("waiting_for_retry", step.step_id, {"reason": reason, "delay": delay}),
+            )
+            raise Suspend(RunStatus.WAITING_FOR_RETRY, reason, already_written=True) from None
+
+    def _request_approval(
+        self,
+        tool: Tool,
+        step: Step,
+        *,
+        previous: ApprovalState | None = None,
+        changes: list[str] | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> Suspend:
+        policy = tool.approval
+        args = step.input
+        if state is None:
+            state = self._resource_state(tool, step)
+        changes = list(changes or [])
+        if previous is not None:
+            for name in sorted(set(previous.resource_state) | set(state)):
+                before, after = previous.resource_state.get(name), state.get(name)
+                if before != after:
+                    changes.append(f"{name}: {before} → {after}")
+        money = policy.amount(args) if policy.amount is not None else None
+        approval_id = self.engine.approvals.request(
+            ApprovalRequest(
+                run_id=str(self.run_id),
+                tenant_id=self.run.tenant_id,
+                step_id=step.step_id,
+                tool=tool.name,
+                args=args,
+                args_hash=content_hash(args),
+                requested_by=self.run.requested_by,
+                resource=policy.resource(args),
+                resource_state=state,
+                resource_fingerprint=content_hash(state),
+                preview=policy.preview(args),
+                amount=money[0] if money else None,
+                currency=money[1] if money else "",
+                expires_after=policy.expires_after,
+                effect_key=step.effect_key,
+                replaces=previous.id if previous is not None else None,
+                changes=changes,
+            )
+        )
+        return self._await_approval(step, approval_id, "waiting for an operator's decision")
+
+    def _await_approval(self, step: Step, approval_id: int, reason: str) -> Suspend:
+        """Release the run until a decision; nothing is held but a row."""
+        self._decide(
+            run_set=self._suspend_set(
+                RunStatus.WAITING_FOR_APPROVAL, None, new_step=False, step_id=step.step_id
+            ),
+            event=Event(
+                "waiting_for_approval", step.step_id, {"approval": approval_id, "reason": reason}
+            ),
+        )
+        # A decision recorded while this worker was still suspending found the run
+        # not yet waiting and could not resume it; look once more, after our write.
+        latest = self.engine.approvals.latest(str(self.run_id), step.step_id)
+        if latest is not None and (
+            latest.status in ("approved", "rejected")
+            or (latest.status == "expired" and latest.rerequested)
+        ):
+            self.engine.resume_after_approval(self.run_id, by="engine")
+        return Suspend(RunStatus.WAITING_FOR_APPROVAL, reason, already_written=True)
+
     # --- effects -------------------------------------------------------------------
 
     def _send_budget(self, tool: Tool) -> float:
@@ -1090,9 +1304,12 @@ class _Advance:
                 "compensates_id": compensates,
                 "retry_deadline": NowPlus(tool.retry.deadline),
             }
-            step = self._send(
-                tool, step_id, insert=insert, new_step=kind != StepKind.COMPENSATION, seq=seq
-            )
+            if kind != StepKind.COMPENSATION and self._needs_approval(tool, canonical):
+                step = self._plan(tool, step_id, insert)
+            else:
+                step = self._send(
+                    tool, step_id, insert=insert, new_step=kind != StepKind.COMPENSATION, seq=seq
+                )
         else:
             step = recorded
         while True:
@@ -1112,7 +1329,7 @@ class _Advance:
         recovery = Recovery.from_json(step.recovery or {})
         policy = tool.retry
         if step.status == StepStatus.PLANNED:
-            return self._send(tool, step.step_id, step=step)
+            return self._gated_send(tool, step)
         if step.status == StepStatus.RUNNING and not step.in_flight:
             # The last answer was 409/429: the provider did not act on it.
             if self._past_deadline(step):
@@ -1213,6 +1430,17 @@ class _Advance:
                 log_entry=entry,
                 ambiguous=interrupted,
             )
+        if found.outcome == "absent" and found.conclusive and self._approval_consumed(tool, step):
+            # Proven absent: a new send needs a valid approval again (DESIGN §8).
+            # Planned, the step goes through the gate before it is sent.
+            return self._record(
+                tool,
+                step,
+                {"status": StepStatus.PLANNED, "in_flight": False, "resent_after_absence": True},
+                log_entry=entry,
+                ambiguous=interrupted,
+                progress=False,
+            )
         if found.outcome == "absent" and found.conclusive:
             step = self._record(
                 tool,
@@ -1267,8 +1495,14 @@ class _Advance:
         new_step: bool = False,
         seq: int | None = None,
         interrupted: bool = False,
+        guard: Guard | None = None,
+        approval_id: int | None = None,
     ) -> Step:
-        """Clear one send, make it, and record what came back."""
+        """Clear one send, make it, and record what came back.
+
+        With ``guard`` (an approval to consume), the clearing commit writes
+        nothing unless the guard matches; ``_ApprovalRefused`` then says so.
+        """
         budget = self._send_budget(tool)
         arm = {"status": StepStatus.RUNNING, "in_flight": True, "last_sent_at": NOW}
         # The clearing commit extends the lease past the send budget, so no other
@@ -1311,12 +1545,26 @@ class _Advance:
             write = StepUpdate(step.pk, values)
         # A new effect is never sent once a cancel was requested; a resend of an
         # unsettled one is, because its outcome must be settled first.
-        committed = self._decide(
-            run_set={**run_set, "current_step": step_id},
-            step=write,
-            event=Event("effect_sent", step_id, {"tool": tool.name}),
-            unless_cancelled=insert is not None,
-        )
+        first_send = insert is not None or step.first_sent_at is None
+        payload = {"tool": tool.name}
+        if approval_id is not None:
+            payload["approval"] = approval_id
+        decision = {
+            "run_set": {**run_set, "current_step": step_id},
+            "step": write,
+            "event": Event("effect_sent", step_id, payload),
+            "unless_cancelled": first_send,
+        }
+        if guard is not None:
+            committed = self._commit(**decision, guard=guard)
+            if committed.guard_failed:
+                raise _ApprovalRefused()
+            if not committed.fenced:
+                if committed.cancel_requested:
+                    raise Finish(Ending.CANCELLED, "cancelled by request")
+                raise LeaseLost()
+        else:
+            committed = self._decide(**decision)
         armed_at = self.engine.monotonic()
         self.lease_valid_until = armed_at + budget + self.settings.lease_seconds
         if insert is not None:
@@ -1339,7 +1587,10 @@ class _Advance:
                 elapsed,
             )
             raise LeaseLost()
-        info = self._call_info(step_id, step.effect_key, step.attempts, tool.timeout)
+        if approval_id is None and tool.approval is not None:
+            # A resend carries the approval its first send consumed, unchanged.
+            approval_id = self.engine.approvals.approval_for_effect(step.effect_key)
+        info = self._call_info(step_id, step.effect_key, step.attempts, tool.timeout, approval_id)
         error: BaseException | None = None
         value = None
         try:
@@ -1540,12 +1791,30 @@ class _Advance:
             },
             event=Event("finished", payload={"status": str(status), "reason": finish.reason}),
         )
+        self.engine.approvals.withdraw(str(self.run_id), f"the run ended as {status}")
         return f"finished:{status}"
 
     def finish_cancelled(self) -> str:
         """Finish a run the canceller claimed while it was idle."""
         steps = list(Step.objects.filter(run_id=self.run_id))
         for step in steps:
+            if step.is_effect and step.status == StepStatus.PLANNED:
+                # Waiting for approval (or proven absent): never sent, close it.
+                self._decide(
+                    run_set={},
+                    step=StepUpdate(
+                        step.pk,
+                        {
+                            "status": StepStatus.FAILED,
+                            "completed_at": NOW,
+                            "last_error_class": "cancelled",
+                            "last_error": "cancelled before it was sent",
+                        },
+                        only_if_status=(StepStatus.PLANNED,),
+                    ),
+                    event=Event("step_failed", step.step_id, {"reason": "cancelled"}),
+                )
+                continue
             if step.status not in UNSETTLED:
                 continue
             never_executed = (
@@ -1675,6 +1944,10 @@ class _Advance:
 
 
 _STEP_DEFAULTS: dict[str, Any] | None = None
+
+
+class _ApprovalRefused(Exception):
+    """The approval's guard matched no row: some check failed; nothing was written."""
 
 
 def _new_step_view(pk: int) -> Any:

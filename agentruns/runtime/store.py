@@ -26,6 +26,7 @@ from django.db.backends.utils import typecast_timestamp
 from django.utils import timezone
 
 from agentruns.dbclock import POSTGRES_NOW, SQLITE_NOW, SQLITE_NOW_PLUS
+from agentruns.runtime.approval import Guard
 
 
 class _Now:
@@ -89,6 +90,12 @@ class Committed:
     state_version: int | None
     cancel_requested: bool
     step_pk: int | None  # the inserted or updated step's id, if any row was written
+    # A guard was given and matched no row: nothing was written.
+    guard_failed: bool = False
+
+
+class _GuardedRollback(Exception):
+    """The guard matched but the run's compare-and-set did not: undo the guard's write."""
 
 
 # Every other step column has a database default (see Step), so an insert names
@@ -171,6 +178,7 @@ class Store:
         lease_margin: float | None = None,
         bump_version: bool = True,
         unless_cancelled: bool = False,
+        guard: Guard | None = None,
     ) -> Committed:
         """Write one transition in one commit.
 
@@ -179,7 +187,11 @@ class Store:
         to its step whatever happened to the lease; only the run's part is fenced.
         ``unless_cancelled`` also refuses the decision once a cancel was requested
         (a new effect is never sent after that); the result then says so.
+        ``guard`` (a decision only) is one more statement in the same commit that
+        must write exactly one row, or the whole transition is undone: how an
+        approval is consumed in the commit that clears its send.
         """
+        assert guard is None or not step_is_fact
         run_params: list[Any] = []
         assignments = dict(run_set)
         if bump_version:
@@ -199,15 +211,87 @@ class Store:
             "RETURNING id, state_version, cancel_requested_at"
         )
         run_id = fence.run_id if fence is not None else None
-        if self.vendor == "postgresql":
+        if guard is not None:
+            committed = self._guarded(guard, run_sql, run_params, step, event)
+        elif self.vendor == "postgresql":
             committed = self._transition_pg(run_sql, run_params, step, event, step_is_fact, run_id)
         else:
             committed = self._transition_sqlite(
                 run_sql, run_params, step, event, step_is_fact, run_id
             )
-        if unless_cancelled and not committed.fenced and run_id is not None:
+        if (
+            unless_cancelled
+            and not committed.fenced
+            and not committed.guard_failed
+            and run_id is not None
+        ):
             return Committed(False, None, self.cancel_requested(run_id), committed.step_pk)
         return committed
+
+    def _guarded(self, guard: Guard, run_sql, run_params, step, event) -> Committed:
+        """The guard, then the fenced transition, in one explicit transaction.
+
+        Both backends run the guard first: when it matches no row nothing else
+        is tried. When it matches and the run's compare-and-set then fails (the
+        lease is gone), the transaction is rolled back, so a guard's write never
+        outlives the decision it was part of.
+        """
+        pg = self.vendor == "postgresql"
+        conn = self.connection
+        conn.ensure_connection()
+        if conn.in_atomic_block:
+            raise RuntimeError("engine transitions must not run inside transaction.atomic()")
+        raw = conn.connection
+        try:
+            if pg:
+                import psycopg
+
+                with raw.transaction(), psycopg.Cursor(raw) as cursor:
+                    return self._guarded_statements(
+                        lambda sql, params: cursor.execute(sql, params).fetchone(),
+                        guard,
+                        run_sql,
+                        run_params,
+                        step,
+                        event,
+                    )
+            with self._sqlite_transaction() as sqlite:
+                return self._guarded_statements(
+                    lambda sql, params: sqlite.execute(_qmark(sql), params).fetchone(),
+                    guard,
+                    run_sql,
+                    run_params,
+                    step,
+                    event,
+                )
+        except _GuardedRollback:
+            return Committed(False, None, False, None)
+
+    def _guarded_statements(self, execute, guard, run_sql, run_params, step, event) -> Committed:
+        if execute(guard.sql, guard.params) is None:
+            return Committed(False, None, False, None, guard_failed=True)
+        row = execute(run_sql, run_params)
+        if row is None:
+            raise _GuardedRollback()
+        _, version, cancel_requested = row
+        step_pk = None
+        if step is not None:
+            params: list[Any] = []
+            written = execute(self._step_sql(step, params, source=None), params)
+            step_pk = written[0] if written else None
+        if event is not None:
+            params = []
+            run_value = self._value(row[0], params)
+            params.extend([event.type, version, event.step_id])
+            payload = self._value(Json(event.payload), params)
+            execute(
+                "INSERT INTO agentruns_runevent "
+                "(run_id, type, state_version, step_id, payload, created_at) "
+                f"VALUES ({run_value}, %s, %s, %s, {payload}, "
+                f"{POSTGRES_NOW if self.vendor == 'postgresql' else SQLITE_NOW}) RETURNING id",
+                params,
+            )
+        return Committed(True, version, bool(cancel_requested), step_pk)
 
     def cancel_requested(self, run_id: uuid.UUID) -> bool:
         params: list[Any] = []

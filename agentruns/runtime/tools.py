@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentruns.runtime.approval import ApprovalPolicy
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.retry import RetryPolicy
 
@@ -118,6 +119,9 @@ class CallInfo:
     attempt: int
     timeout: float
     config: dict[str, Any]
+    # The approval that authorised this effect, when it needed one: the tool
+    # writes it into the provider's record so a lookup can show it.
+    approval_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -154,10 +158,13 @@ class Tool:
     undo: Undo | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: float = 10.0
+    approval: ApprovalPolicy | None = None
 
     def __post_init__(self) -> None:
         if self.recovery.lookup and self.find is None:
             raise ValueError(f"tool {self.name!r} declares lookup but has no lookup function")
+        if self.approval is not None and self.recovery.read_only:
+            raise ValueError(f"tool {self.name!r} is read-only: there is nothing to approve")
 
     def json_schema(self) -> dict[str, Any]:
         return {
@@ -181,6 +188,7 @@ class Tool:
             "schema_hash": content_hash(schema),
             "recovery": self.recovery.as_json(),
             "undo": self.undo.tool if self.undo else None,
+            "approval": self.approval is not None,
         }
 
 
@@ -195,6 +203,7 @@ def tool(
     undo: Undo | None = None,
     retry: RetryPolicy | None = None,
     timeout: float = 10.0,
+    approval: ApprovalPolicy | None = None,
 ) -> Callable[[Callable[[dict[str, Any], CallInfo], dict[str, Any]]], Tool]:
     """Declare a tool from a function that performs one attempt.
 
@@ -214,6 +223,7 @@ def tool(
             undo=undo,
             retry=retry or RetryPolicy(),
             timeout=timeout,
+            approval=approval,
         )
 
     return decorate

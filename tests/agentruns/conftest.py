@@ -21,14 +21,20 @@ class Harness:
         self.engine = self.build()
 
     def build(self, **overrides) -> Engine:
+        from approvals.gate import DatabaseApprovalGate
+
         return Engine(
             registry=overrides.pop("registry", self.registry),
             settings=overrides.pop("settings", self.settings),
             enqueue=self.enqueued.append,
+            approvals=overrides.pop("approvals", DatabaseApprovalGate()),
             **overrides,
         )
 
     def start(self, agent_name: str, input: dict | None = None, **kwargs) -> Run:
+        # The tenant's own settings for the agent, as agentruns.services.run_start does.
+        self.tenant.refresh_from_db()
+        kwargs.setdefault("config_overrides", (self.tenant.agent_config or {}).get(agent_name))
         run, _ = start_run(
             registry=self.registry,
             tenant=self.tenant,

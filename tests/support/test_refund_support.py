@@ -56,11 +56,13 @@ def test_a_refund_completes_and_the_provider_has_exactly_it(world):
 
 def test_the_customer_email_follows_the_refund(world):
     harness, sandbox, order = world
-    run = harness.start("refund_support", {"order_id": ORDER, "email_customer": True})
+    run = harness.start(
+        "refund_support", {"order_id": ORDER, "amount": 2500, "email_customer": True}
+    )
     assert harness.advance(run) == "finished:completed"
     messages = sandbox.stats()["messages"]
     assert messages["by_recipient"] == {order["customer"]["email"].lower(): 1}
-    assert _refunds(sandbox, order)["amount"] == order["amount"]
+    assert _refunds(sandbox, order)["amount"] == 2500
 
 
 def test_a_lost_reply_is_settled_by_the_same_key_without_a_second_refund(world):
@@ -103,8 +105,11 @@ def test_a_rate_limited_refund_waits_and_then_goes_through_once(world):
     assert _refunds(sandbox, order) == {"count": 1, "amount": 300}
 
 
-def test_an_over_refund_is_refused_and_the_agent_says_so(world):
+def test_an_over_refund_is_refused_and_the_agent_says_so(world, tenant):
     harness, sandbox, order = world
+    # No approver in the way: the provider's refusal is what is tested.
+    tenant.agent_config = {"refund_support": {"approvals": {"enabled": False}}}
+    tenant.save()
     run = harness.start("refund_support", {"order_id": ORDER, "amount": order["amount"] + 1})
     assert harness.advance(run) == "finished:completed"
     run.refresh_from_db()
@@ -115,9 +120,13 @@ def test_an_over_refund_is_refused_and_the_agent_says_so(world):
 
 def test_resending_a_run_with_the_same_request_id_creates_no_second_refund(world):
     harness, sandbox, order = world
-    first = harness.start("refund_support", {"order_id": ORDER}, request_id="ticket-42")
+    first = harness.start(
+        "refund_support", {"order_id": ORDER, "amount": 2500}, request_id="ticket-42"
+    )
     harness.advance(first)
-    again = harness.start("refund_support", {"order_id": ORDER}, request_id="ticket-42")
+    again = harness.start(
+        "refund_support", {"order_id": ORDER, "amount": 2500}, request_id="ticket-42"
+    )
     assert again.id == first.id
     assert harness.advance(again) == "not_runnable"
     assert _refunds(sandbox, order)["count"] == 1
@@ -125,7 +134,9 @@ def test_resending_a_run_with_the_same_request_id_creates_no_second_refund(world
 
 def test_an_email_interrupted_after_acceptance_waits_for_an_operator(world):
     harness, sandbox, order = world
-    run = harness.start("refund_support", {"order_id": ORDER, "email_customer": True})
+    run = harness.start(
+        "refund_support", {"order_id": ORDER, "amount": 2500, "email_customer": True}
+    )
     harness.interrupt(run, faults.AFTER_CALL_RETURNED, "send_customer_email")
     assert harness.advance(run) == "suspended:effect_unknown_reconciliation_required"
     assert Step.objects.get(run=run, name="send_customer_email").status == "unknown"
@@ -133,10 +144,26 @@ def test_an_email_interrupted_after_acceptance_waits_for_an_operator(world):
     assert _refunds(sandbox, order)["count"] == 1
 
 
-def test_a_refund_over_the_approval_limit_runs_while_approvals_are_off(world):
+def test_a_refund_over_the_approval_limit_waits_for_an_approver(world):
     harness, sandbox, order = world
     limit = refund_support.config["approvals"]["auto_approve_up_to"]
-    run = harness.start("refund_support", {"order_id": ORDER, "amount": limit + 1000})
-    assert run.agent_snapshot["config"]["approvals"]["enabled"] is False
+    run = harness.start("refund_support", {"order_id": ORDER, "amount": limit + 1})
+    assert harness.advance(run) == "suspended:waiting_for_approval"
+    assert _refund_step(run).status == "planned"
+    assert _refunds(sandbox, order)["count"] == 0
+
+
+def test_a_tenant_sets_its_own_auto_approval_amount_pinned_at_start(world, tenant):
+    harness, sandbox, order = world
+    tenant.agent_config = {"refund_support": {"approvals": {"auto_approve_up_to": 8000}}}
+    tenant.save()
+    run = harness.start("refund_support", {"order_id": ORDER, "amount": 7000})
+    assert run.agent_snapshot["config"]["approvals"] == {
+        "enabled": True,
+        "auto_approve_up_to": 8000,
+    }
+    # A later change does not reach a started run.
+    tenant.agent_config = {}
+    tenant.save()
     assert harness.advance(run) == "finished:completed"
-    assert _refunds(sandbox, order) == {"count": 1, "amount": limit + 1000}
+    assert _refunds(sandbox, order) == {"count": 1, "amount": 7000}

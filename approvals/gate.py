@@ -1,0 +1,204 @@
+"""The approval gate the engine calls before an approved effect's send.
+
+Reading, requesting and invalidating are ordinary ORM writes. Consuming is
+different: it is one guard statement run inside the engine's clearing commit,
+so the step becomes ``running`` and the approval ``consumed`` together or not at
+all. The guard re-checks everything in SQL with the database's clock (DESIGN
+§8, §12.10): approved (or already consumed by this very effect), the argument
+hash, the tenant, the expiry, the approver still active, still an operator of
+the tenant, still holding the approve permission and the authority for the
+amount, and the resource fingerprint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from accounts.models import Operator
+from agentruns.dbclock import POSTGRES_NOW, SQLITE_NOW, DbNow
+from agentruns.runtime import ApprovalRequest, ApprovalState, Guard
+from approvals.models import LIVE_STATUSES, Approval, ApprovalAuthority, ApprovalStatus
+from approvals.policy import approver_problem
+
+PERMISSION = ("accounts", "decide_approvals")
+
+
+def _tables() -> dict[str, str]:
+    User = get_user_model()
+    return {
+        "approval": Approval._meta.db_table,
+        "user": User._meta.db_table,
+        "operator": Operator._meta.db_table,
+        "user_perms": User.user_permissions.through._meta.db_table,
+        "user_groups": User.groups.through._meta.db_table,
+        "group_perms": Group.permissions.through._meta.db_table,
+        "authority": ApprovalAuthority._meta.db_table,
+        "permission": Permission._meta.db_table,
+        "content_type": ContentType._meta.db_table,
+    }
+
+
+def _state(approval: Approval) -> ApprovalState:
+    return ApprovalState(
+        id=approval.pk,
+        status=approval.status,
+        args_hash=approval.args_hash,
+        resource_fingerprint=approval.resource_fingerprint,
+        resource_state=approval.resource_state or {},
+        decided_by=approval.decided_by_name,
+        note=approval.note,
+        rerequested=approval.rerequested_at is not None,
+        consumed_by_effect_key=approval.consumed_by_effect_key,
+    )
+
+
+class DatabaseApprovalGate:
+    def latest(self, run_id: str, step_id: str) -> ApprovalState | None:
+        approval = Approval.objects.filter(run_id=run_id, step_id=step_id).order_by("-id").first()
+        return None if approval is None else _state(approval)
+
+    def request(self, request: ApprovalRequest) -> int:
+        live = Approval.objects.filter(
+            run_id=request.run_id, step_id=request.step_id, status__in=LIVE_STATUSES
+        ).first()
+        if live is not None:
+            # Asked again for the same call (a crash after the request was written,
+            # a spurious wake-up): the live approval stands.
+            if live.args_hash == request.args_hash:
+                return live.pk
+            self.invalidate(live.pk, "the step's arguments differ from the approved ones")
+        approval = Approval(
+            tenant_id=request.tenant_id,
+            run_id=request.run_id,
+            step_id=request.step_id,
+            tool=request.tool,
+            args=request.args,
+            args_hash=request.args_hash,
+            effect_key=request.effect_key,
+            requested_by=request.requested_by,
+            resource=request.resource,
+            resource_state=request.resource_state,
+            resource_fingerprint=request.resource_fingerprint,
+            preview=request.preview,
+            amount=request.amount,
+            currency=request.currency,
+            created_at=DbNow(),
+            # The database's clock decides expiry, here and in the guard.
+            expires_at=DbNow() + request.expires_after,
+            replaces_id=request.replaces,
+            changes=request.changes,
+        )
+        try:
+            with transaction.atomic():
+                approval.save(force_insert=True)
+        except IntegrityError:
+            # Another worker wrote the request first (one live approval per step).
+            live = Approval.objects.get(
+                run_id=request.run_id, step_id=request.step_id, status__in=LIVE_STATUSES
+            )
+            return live.pk
+        return approval.pk
+
+    def consume_guard(
+        self,
+        approval_id: int,
+        *,
+        vendor: str,
+        tenant_id: int,
+        args_hash: str,
+        resource_fingerprint: str,
+        effect_key: str,
+    ) -> Guard:
+        t = _tables()
+        now = POSTGRES_NOW if vendor == "postgresql" else SQLITE_NOW
+        a = t["approval"]
+        # The permission by its name, not a cached id: ids differ between databases.
+        permission = (
+            f"(SELECT p.id FROM {t['permission']} p JOIN {t['content_type']} ct "
+            "ON ct.id = p.content_type_id WHERE ct.app_label = %s AND p.codename = %s)"
+        )
+        sql = (
+            f"UPDATE {a} SET status = %s, consumed_at = {now}, consumed_by_effect_key = %s "
+            f"WHERE id = %s AND tenant_id = %s AND args_hash = %s "
+            f"AND resource_fingerprint = %s AND expires_at > {now} "
+            # Approved, or consumed by this same effect (a resend after its
+            # absence was proven, DESIGN §8).
+            f"AND (status = %s OR (status = %s AND consumed_by_effect_key = %s)) "
+            f"AND EXISTS (SELECT 1 FROM {t['user']} u "
+            f"JOIN {t['operator']} o ON o.user_id = u.id "
+            f"WHERE u.id = {a}.decided_by_id AND u.is_active AND o.tenant_id = {a}.tenant_id "
+            f"AND (u.is_superuser "
+            f"OR EXISTS (SELECT 1 FROM {t['user_perms']} up "
+            f"WHERE up.user_id = u.id AND up.permission_id = {permission}) "
+            f"OR EXISTS (SELECT 1 FROM {t['user_groups']} ug "
+            f"JOIN {t['group_perms']} gp ON gp.group_id = ug.group_id "
+            f"WHERE ug.user_id = u.id AND gp.permission_id = {permission})) "
+            f"AND ({a}.amount IS NULL OR u.is_superuser "
+            f"OR EXISTS (SELECT 1 FROM {t['user_groups']} ag "
+            f"JOIN {t['authority']} au ON au.group_id = ag.group_id "
+            f"WHERE ag.user_id = u.id AND au.tenant_id = {a}.tenant_id "
+            f"AND (au.max_amount IS NULL OR au.max_amount >= {a}.amount)))) "
+            "RETURNING id"
+        )
+        params: list[Any] = [
+            ApprovalStatus.CONSUMED.value,
+            effect_key,
+            approval_id,
+            tenant_id,
+            args_hash,
+            resource_fingerprint,
+            ApprovalStatus.APPROVED.value,
+            ApprovalStatus.CONSUMED.value,
+            effect_key,
+            *PERMISSION,
+            *PERMISSION,
+        ]
+        return Guard(sql, params)
+
+    def explain(
+        self, approval_id: int, *, tenant_id: int, args_hash: str, resource_fingerprint: str
+    ) -> str:
+        approval = Approval.objects.select_related("decided_by").get(pk=approval_id)
+        if approval.status not in (ApprovalStatus.APPROVED, ApprovalStatus.CONSUMED):
+            return f"the approval is {approval.status}, not approved"
+        if approval.tenant_id != tenant_id:
+            return "the approval belongs to another tenant"
+        if approval.args_hash != args_hash:
+            return "the arguments differ from the approved ones"
+        expired = Approval.objects.filter(pk=approval_id, expires_at__lte=DbNow()).exists()
+        if expired:
+            return "the approval expired before the action was sent"
+        user = approval.decided_by
+        if user is None:
+            return "the approver's account no longer exists"
+        problem = approver_problem(user, approval.tenant, approval.amount, approval.currency)
+        if problem:
+            return f"the approver can no longer approve it: {problem}"
+        if approval.resource_fingerprint != resource_fingerprint:
+            return f"{approval.resource} changed since the approval was requested"
+        return "the approval no longer holds"
+
+    def invalidate(self, approval_id: int, reason: str) -> None:
+        Approval.objects.filter(
+            pk=approval_id,
+            status__in=[ApprovalStatus.PENDING, ApprovalStatus.APPROVED, ApprovalStatus.CONSUMED],
+        ).update(status=ApprovalStatus.INVALIDATED, invalidated_reason=reason[:2000])
+
+    def approval_for_effect(self, effect_key: str) -> int | None:
+        return (
+            Approval.objects.filter(consumed_by_effect_key=effect_key)
+            .order_by("-id")
+            .values_list("pk", flat=True)
+            .first()
+        )
+
+    def withdraw(self, run_id: str, reason: str) -> None:
+        Approval.objects.filter(Q(run_id=run_id), Q(status__in=LIVE_STATUSES)).update(
+            status=ApprovalStatus.INVALIDATED, invalidated_reason=reason
+        )

@@ -1,0 +1,238 @@
+"""Deciding approvals, asking again after an expiry, and expiring them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import OuterRef, Q, Subquery
+
+from accounts.services import audit_record
+from agentruns.dbclock import DbNow
+from agentruns.models import Run, RunStatus
+from agentruns.runtime import CallInfo
+from agentruns.services import get_registry, run_resume
+from approvals.models import Approval, ApprovalStatus
+from approvals.policy import approver_problem
+
+log = logging.getLogger("holdfast.approvals")
+
+APPROVE = "approve"
+REJECT = "reject"
+# How long the inbox waits for a provider when it shows a resource's state now.
+RESOURCE_READ_TIMEOUT = 3.0
+
+
+class DecisionRefused(Exception):
+    """The operator may not make this decision (the requester, no authority, no note)."""
+
+
+class DecisionConflict(Exception):
+    """What the operator saw is no longer what is there: decided, expired, or other arguments."""
+
+    def __init__(self, message: str, approval: Approval):
+        super().__init__(message)
+        self.approval = approval
+
+
+def _actor(user) -> str:
+    return f"user:{user.get_username()}"
+
+
+def _snapshot(approval: Approval) -> dict[str, Any]:
+    return {
+        "status": approval.status,
+        "args_hash": approval.args_hash,
+        "decided_by": approval.decided_by_name,
+        "note": approval.note,
+    }
+
+
+def approval_decide(
+    *,
+    approval: Approval,
+    user,
+    decision: str,
+    seen_args_hash: str,
+    note: str = "",
+    request=None,
+) -> Approval:
+    """Record one decision on a pending approval and wake its run.
+
+    The decision is a compare-and-set on ``status = pending`` with the hash the
+    operator saw and the database's clock for the expiry: two clicks, two tabs
+    or two approvers at once yield exactly one decision; the others get a
+    ``DecisionConflict`` carrying what happened.
+    """
+    if decision not in (APPROVE, REJECT):
+        raise DecisionRefused("the decision must be approve or reject")
+    note = note.strip()
+    if decision == REJECT and not note:
+        raise DecisionRefused("say why the action is rejected: the agent is told the reason")
+    actor = _actor(user)
+    if seen_args_hash != approval.args_hash:
+        raise DecisionConflict(
+            "the arguments you saw are not the ones this approval is bound to; "
+            "read the current version below",
+            approval,
+        )
+    if approval.requested_by == actor:
+        raise DecisionRefused("you asked for this action; another approver must decide it")
+    problem = approver_problem(user, approval.tenant, approval.amount, approval.currency)
+    if problem:
+        raise DecisionRefused(f"you cannot decide this approval: {problem}")
+    status = ApprovalStatus.APPROVED if decision == APPROVE else ApprovalStatus.REJECTED
+    with transaction.atomic():
+        won = Approval.objects.filter(
+            pk=approval.pk,
+            status=ApprovalStatus.PENDING,
+            args_hash=seen_args_hash,
+            expires_at__gt=DbNow(),
+        ).update(
+            status=status,
+            decided_by=user,
+            decided_by_name=actor,
+            decided_at=DbNow(),
+            note=note,
+        )
+        current = Approval.objects.select_related("run").get(pk=approval.pk)
+        if not won:
+            raise DecisionConflict(_why_not_pending(current), current)
+        audit_record(
+            tenant=approval.tenant,
+            actor=actor,
+            action=f"approval.{decision}",
+            object_type="approval",
+            object_id=approval.pk,
+            before={"status": ApprovalStatus.PENDING.value, "args_hash": approval.args_hash},
+            after=_snapshot(current),
+            request=request,
+        )
+    run_resume(current.run_id, by=actor)
+    return current
+
+
+def _why_not_pending(approval: Approval) -> str:
+    if approval.status == ApprovalStatus.PENDING:
+        return "this approval expired before your decision arrived"
+    if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
+        return f"{approval.decided_by_name} already {approval.status} it"
+    return f"this approval is {approval.status}; nothing was changed"
+
+
+def approval_rerequest(*, approval: Approval, user, request=None) -> Approval:
+    """Ask again for an expired approval: the run reads the resource afresh and asks."""
+    actor = _actor(user)
+    with transaction.atomic():
+        won = Approval.objects.filter(
+            pk=approval.pk, status=ApprovalStatus.EXPIRED, rerequested_at__isnull=True
+        ).update(rerequested_by=actor, rerequested_at=DbNow())
+        current = Approval.objects.get(pk=approval.pk)
+        if not won:
+            raise DecisionConflict(
+                "only an expired approval can be requested again, and only once", current
+            )
+        audit_record(
+            tenant=approval.tenant,
+            actor=actor,
+            action="approval.rerequest",
+            object_type="approval",
+            object_id=approval.pk,
+            before={"status": approval.status},
+            after={"status": current.status, "rerequested_by": actor},
+            request=request,
+        )
+    run_resume(current.run_id, by=actor)
+    return current
+
+
+def approvals_expire() -> int:
+    """Mark pending approvals past their expiry (database clock). Returns how many.
+
+    The run stays visibly waiting with an expired approval until an operator
+    requests it again or cancels the run. Each expiry is a RunEvent, so open
+    pages learn of it.
+    """
+    expired = 0
+    due = list(
+        Approval.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=DbNow()).values_list(
+            "pk", "run_id", "step_id"
+        )[:500]
+    )
+    for pk, run_id, step_id in due:
+        with transaction.atomic():
+            if not Approval.objects.filter(
+                pk=pk, status=ApprovalStatus.PENDING, expires_at__lte=DbNow()
+            ).update(status=ApprovalStatus.EXPIRED):
+                continue
+            run = Run.objects.filter(pk=run_id).only("state_version").first()
+            if run is not None:
+                run.events.create(
+                    type="approval_expired",
+                    state_version=run.state_version,
+                    step_id=step_id,
+                    payload={"approval": pk},
+                )
+        expired += 1
+    return expired
+
+
+@dataclass(frozen=True)
+class ResourceNow:
+    state: dict[str, Any] | None
+    error: str = ""
+
+    def changes_from(self, approval: Approval) -> list[str]:
+        if self.state is None:
+            return []
+        then = approval.resource_state or {}
+        return [
+            f"{name}: {then.get(name)} → {self.state.get(name)}"
+            for name in sorted(set(then) | set(self.state))
+            if then.get(name) != self.state.get(name)
+        ]
+
+
+def approval_resource_now(approval: Approval) -> ResourceNow:
+    """Read the approval's resource from its provider now, for the operator deciding."""
+    run = approval.run
+    agent = get_registry().get(run.agent_name, run.agent_version)
+    tool = agent.tool(approval.tool) if agent is not None else None
+    if tool is None or tool.approval is None:
+        return ResourceNow(None, "this deployment cannot read the resource of this tool")
+    info = CallInfo(
+        run_id=str(run.id),
+        step_id=approval.step_id,
+        effect_key=approval.effect_key,
+        attempt=0,
+        timeout=RESOURCE_READ_TIMEOUT,
+        config=(run.agent_snapshot or {}).get("config", {}),
+    )
+    try:
+        return ResourceNow(tool.approval.resource_state(approval.args, info))
+    except Exception as exc:
+        log.info("approval %s: reading %s failed: %s", approval.pk, approval.resource, exc)
+        return ResourceNow(None, f"could not read {approval.resource} now: {exc}")
+
+
+def runs_with_decided_approvals(*, limit: int = 500) -> list:
+    """Runs still waiting for approval whose step's latest approval needs no more
+    waiting: decided, or expired and requested again (a lost wake-up, repaired by
+    the sweeper)."""
+    latest = Approval.objects.filter(
+        run_id=OuterRef("pk"), step_id=OuterRef("current_step")
+    ).order_by("-id")
+    return list(
+        Run.objects.filter(status=RunStatus.WAITING_FOR_APPROVAL)
+        .annotate(
+            approval_status=Subquery(latest.values("status")[:1]),
+            rerequested=Subquery(latest.values("rerequested_at")[:1]),
+        )
+        .filter(
+            Q(approval_status__in=[ApprovalStatus.APPROVED, ApprovalStatus.REJECTED])
+            | Q(approval_status=ApprovalStatus.EXPIRED, rerequested__isnull=False)
+        )
+        .values_list("id", flat=True)[:limit]
+    )

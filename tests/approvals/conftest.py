@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth.models import Group
+
+from agentruns.runtime import Registry
+from approvals.models import Approval, ApprovalAuthority
+from support.agents import refund_support
+from tests.agentruns.conftest import Harness
+
+ORDER = "ord_1001"
+# Above the refund agent's auto-approval amount (5000), below the order's 8900.
+OVER_LIMIT = 6000
+
+
+@dataclass
+class World:
+    harness: Harness
+    sandbox: object
+    order: dict
+    tenant: object
+
+    def refunds(self) -> dict:
+        return self.sandbox.stats()["refunds"]["by_payment_intent"].get(
+            self.order["payment_intent"], {"count": 0, "amount": 0}
+        )
+
+    def start_refund(self, amount: int = OVER_LIMIT, **kwargs):
+        return self.harness.start("refund_support", {"order_id": ORDER, "amount": amount}, **kwargs)
+
+    def waiting_approval(self, run) -> Approval:
+        return Approval.objects.get(run=run, status="pending")
+
+
+@pytest.fixture
+def world(sandbox, settings, tenant) -> World:
+    settings.PAYMENTS_API_BASE = sandbox.url
+    settings.SHOP_API_BASE = sandbox.url
+    harness = Harness(tenant)
+    harness.registry = Registry([refund_support])
+    harness.engine = harness.build()
+    order = sandbox.get(f"/shop/orders/{ORDER}").json()
+    return World(harness, sandbox, order, tenant)
+
+
+@pytest.fixture
+def approver(tenant, make_operator):
+    """An approver of the tenant whose role may approve up to 500.00."""
+    user = make_operator(tenant, "approver", username="ann")
+    ApprovalAuthority.objects.update_or_create(
+        tenant=tenant, group=Group.objects.get(name="approver"), defaults={"max_amount": 50_000}
+    )
+    return user
