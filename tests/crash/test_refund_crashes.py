@@ -340,3 +340,100 @@ def test_an_email_whose_answer_was_lost_waits_for_an_operator_and_is_never_sent_
     assert messages == {"total": 1, "by_recipient": {customer: 1}}, refunds.explain()
     refund = _assert_exactly_one_refund_recorded_on_the_step(refunds, run_id, order)
     assert refunds.stats()["refunds"]["by_idempotency_key"] == {refund["effect_key"]: 1}
+
+
+# --- approved refunds ------------------------------------------------------------------
+
+# Above the refund agent's auto-approval amount (5000): the refund waits for a person.
+APPROVED_AMOUNT = 6000
+
+CREATE_APPROVER = """
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from accounts.models import Operator, Tenant
+from approvals.models import ApprovalAuthority
+tenant = Tenant.objects.get(slug="default")
+user = get_user_model().objects.create_user("ann", password="crash-test")
+Operator.objects.create(user=user, tenant=tenant)
+group = Group.objects.get(name="approver")
+user.groups.add(group)
+ApprovalAuthority.objects.create(tenant=tenant, group=group, max_amount=None)
+"""
+
+APPROVE = """
+from django.contrib.auth import get_user_model
+from approvals.models import Approval
+from approvals.services import approval_decide
+approval = Approval.objects.get(run_id="{run_id}", status="pending")
+approval_decide(
+    approval=approval,
+    user=get_user_model().objects.get(username="ann"),
+    decision="approve",
+    seen_args_hash=approval.args_hash,
+    note="crash test",
+)
+"""
+
+
+def _shell(refunds: RefundWorld, name: str, code: str) -> None:
+    proc = refunds.world.start(name, "shell", "-c", code)
+    if refunds.world.wait_exit(proc) != 0:
+        pytest.fail(f"{name} failed\n{proc.tail()}\n{refunds.explain()}")
+
+
+def _approvals(refunds: RefundWorld, run_id: str) -> list[dict[str, Any]]:
+    return refunds.world.db.query(
+        "SELECT id, status, effect_key, consumed_by_effect_key FROM approvals_approval "
+        "WHERE run_id = %s ORDER BY id",
+        (refunds.world.db._run_key(run_id),),
+    )
+
+
+def test_an_approved_refund_killed_around_its_send_is_made_once_under_its_approval(
+    refunds: RefundWorld,
+) -> None:
+    _shell(refunds, "create-approver", CREATE_APPROVER)
+    scenarios = [
+        # The approval is consumed and the step cleared in one commit; the worker
+        # dies before sending. The send after the restart is not gated again.
+        ("after_step_running@issue_refund", "ord_1001", 0),
+        # The provider refunded (our own refund changed the payment's fingerprint);
+        # the worker died before recording it. Recovery settles it, never re-gates.
+        ("after_call_returned@issue_refund", "ord_1003", 1),
+    ]
+    killed = []
+    for fault, order_id, refunds_at_kill in scenarios:
+        order = refunds.order(order_id)
+        cluster = refunds.world.start_cluster("qcluster-armed", faults=f"{fault}=killgroup")
+        run_id = refunds.start_run(order_id, amount=APPROVED_AMOUNT)
+        refunds.world.wait_for_status(run_id, "waiting_for_approval")
+        [pending] = _approvals(refunds, run_id)
+        assert pending["status"] == "pending", refunds.explain()
+        assert refunds.refunds_of(order["payment_intent"])["count"] == 0, refunds.explain()
+        _shell(refunds, "approve", APPROVE.format(run_id=run_id))
+        refunds.world.wait_group_gone(cluster)
+        explain = f"{fault}\n{refunds.explain()}"
+        [consumed] = _approvals(refunds, run_id)
+        step = refunds.tool_steps(run_id)["issue_refund"]
+        assert consumed["status"] == "consumed", explain
+        assert consumed["consumed_by_effect_key"] == step["effect_key"], explain
+        assert step["status"] == "running", explain
+        paid = refunds.refunds_of(order["payment_intent"])
+        assert paid["count"] == refunds_at_kill, explain
+        killed.append((run_id, order, consumed["id"]))
+    refunds.restart()
+    for run_id, order, approval_id in killed:
+        refunds.wait_for_status(run_id, "completed")
+        explain = refunds.explain()
+        step = refunds.tool_steps(run_id)["issue_refund"]
+        assert refunds.refunds_of(order["payment_intent"]) == {
+            "count": 1,
+            "amount": APPROVED_AMOUNT,
+        }, explain
+        listed = refunds.listed_refunds(order["payment_intent"])
+        assert [refund.id for refund in listed] == [step["provider_reference"]], explain
+        # Executed under the original approval, named in the provider's own record.
+        assert listed[0].metadata["holdfast_approval_id"] == str(approval_id), explain
+        assert listed[0].metadata[EFFECT_KEY_METADATA] == step["effect_key"], explain
+        assert [a["status"] for a in _approvals(refunds, run_id)] == ["consumed"], explain
+    assert refunds.stats()["refunds"]["total"] == len(killed), refunds.explain()
