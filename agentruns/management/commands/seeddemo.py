@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand
 from accounts.models import Operator, Tenant
 from agentruns.runtime import AdmissionError
 from agentruns.services import get_registry, run_start
+from approvals.models import ApprovalAuthority
 
 DEMO_RUNS = [
     ("demo-status-1", "order_status", {"order_id": "A-1001", "follow_up_seconds": 5}),
@@ -16,8 +17,9 @@ DEMO_RUNS = [
     ("demo-status-3", "order_status", {"order_id": "A-9999", "follow_up_seconds": 0}),
     ("demo-refund-1", "refund_support", {"order_id": "ord_1001", "amount": 1500}),
     ("demo-refund-2", "refund_support", {"order_id": "ord_1002", "email_customer": True}),
-    # Over the auto-approval limit: it runs without an approval until approvals land.
+    # Over the auto-approval amount (50.00): it waits in /approvals/ for a person.
     ("demo-refund-3", "refund_support", {"order_id": "ord_1003", "amount": 6000}),
+    ("demo-refund-5", "refund_support", {"order_id": "ord_1006", "amount": 15900}),
     ("demo-refund-4", "refund_support", {"order_id": "ord_4040"}),
 ]
 
@@ -40,6 +42,9 @@ class Command(BaseCommand):
         admin_group = Group.objects.filter(name="admin").first()
         if admin_group is not None:
             user.groups.add(admin_group)
+        approver = self._operator(tenant, "ann", "approver", password)
+        self._authority(tenant, "approver", 10_000)  # 100.00 in any currency
+        self._authority(tenant, "admin", None)  # no limit
         call_command("seedsandbox", stdout=self.stdout)
         known = set(get_registry().names())
         started = 0
@@ -65,5 +70,24 @@ class Command(BaseCommand):
             f"Demo ready: {started} new run(s).\n"
             f"  Site:  http://127.0.0.1:8000/runs/  (admin: /admin/)\n"
             f"  Login: {username} / {password}  (set HOLDFAST_DEMO_PASSWORD to change)\n"
+            f"  Approver: {approver.username} / {password}  (may approve up to 100.00)\n"
             f"  Sandbox: {settings.SANDBOX_URL}/_sandbox/stats"
         )
+
+    def _operator(self, tenant, username: str, group_name: str, password: str):
+        User = get_user_model()
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            user = User.objects.create_user(username, f"{username}@example.com", password)
+        Operator.objects.get_or_create(user=user, defaults={"tenant": tenant})
+        group = Group.objects.filter(name=group_name).first()
+        if group is not None:
+            user.groups.add(group)
+        return user
+
+    def _authority(self, tenant, group_name: str, max_amount: int | None) -> None:
+        group = Group.objects.filter(name=group_name).first()
+        if group is not None:
+            ApprovalAuthority.objects.get_or_create(
+                tenant=tenant, group=group, defaults={"max_amount": max_amount}
+            )

@@ -1,0 +1,30 @@
+"""The demo data ``make run`` starts with."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from agentruns.models import Run
+from approvals.models import ApprovalAuthority
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+def test_seeddemo_creates_the_logins_the_authorities_and_the_runs_once(tenant):
+    out = io.StringIO()
+    call_command("seeddemo", stdout=out)
+    assert "Approver: ann" in out.getvalue()
+    ann = get_user_model().objects.get(username="ann")
+    assert ann.operator.tenant == tenant
+    assert ann.has_perm("accounts.decide_approvals")
+    limits = dict(ApprovalAuthority.objects.values_list("group__name", "max_amount"))
+    assert limits == {"approver": 10_000, "admin": None}
+    runs = Run.objects.filter(tenant=tenant).count()
+    assert runs >= 5
+    call_command("seeddemo", stdout=io.StringIO())
+    assert Run.objects.filter(tenant=tenant).count() == runs
+    assert get_user_model().objects.filter(username="ann").count() == 1
