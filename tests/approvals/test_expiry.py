@@ -48,7 +48,7 @@ def test_the_sweeper_expires_an_approval_and_the_run_stays_visibly_waiting(world
 
 
 def test_an_expired_approval_cannot_be_decided(world, approver):
-    run, approval = _waiting(world)
+    _run, approval = _waiting(world)
     _lapse(approval)  # past its time, not yet marked by the sweeper
     with pytest.raises(DecisionConflict, match="expired"):
         approval_decide(
@@ -100,7 +100,7 @@ def test_a_decision_whose_wake_up_was_lost_is_picked_up_by_the_sweeper(world, ap
 
 
 def test_a_pending_approval_is_not_touched_by_the_sweeper(world):
-    run, approval = _waiting(world)
+    _run, approval = _waiting(world)
     report, pushed = _sweep()
     assert report.approvals_expired == 0 and report.resumed == [] and pushed == []
     approval.refresh_from_db()
