@@ -52,6 +52,7 @@ def _process_faults() -> FaultPoints:
 
 def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engine:
     from approvals.gate import DatabaseApprovalGate
+    from reconciliation.desk import DatabaseDesk
 
     return Engine(
         registry=get_registry(),
@@ -59,6 +60,7 @@ def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engin
         enqueue=enqueue or run_enqueue,
         faults=_process_faults(),
         approvals=DatabaseApprovalGate(),
+        desk=DatabaseDesk(),
     )
 
 
@@ -119,3 +121,34 @@ def run_resume(
 ) -> bool:
     """Wake a run waiting for approval: a decision was recorded, or a request renewed."""
     return build_engine(enqueue=enqueue).resume_after_approval(run_id, by=by)
+
+
+def step_settle(
+    run_id: uuid.UUID | str,
+    step_pk: int,
+    *,
+    resolution: str,
+    by: str,
+    guard,
+    observed: dict[str, Any] | None = None,
+    reference: str = "",
+    note: str = "",
+) -> str:
+    """Settle an unknown effect step the way reconciliation decided (Engine.settle_unknown)."""
+    return build_engine().settle_unknown(
+        run_id,
+        step_pk,
+        resolution=resolution,
+        by=by,
+        guard=guard,
+        observed=observed,
+        reference=reference,
+        note=note,
+    )
+
+
+def run_requeue_settled(
+    run_id: uuid.UUID | str, *, by: str, enqueue: Callable[[uuid.UUID], None] | None = None
+) -> bool:
+    """Give a run waiting for reconciliation back to the workers once nothing is unknown."""
+    return build_engine(enqueue=enqueue).requeue_settled(run_id, by=by)

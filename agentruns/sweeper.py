@@ -35,6 +35,8 @@ class SweepReport:
     # the wake-up was lost.
     resumed: list[str] = field(default_factory=list)
     approvals_expired: int = 0
+    # Reconciliation: cases opened, closed by a late answer, looked up again.
+    cases: dict[str, int] = field(default_factory=dict)
     # Working runs with nobody responsible for their next move (DESIGN §5).
     orphaned: list[str] = field(default_factory=list)
 
@@ -99,8 +101,10 @@ def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> Sweep
                 bucket.append(str(run_id))
 
     from approvals.services import approvals_expire, runs_with_decided_approvals
+    from reconciliation.services import cases_sweep
 
     report.approvals_expired = approvals_expire()
+    report.cases = cases_sweep(limit=limit, push=lambda rid: push(str(rid)))
     for run_id in runs_with_decided_approvals(limit=limit):
         if run_resume(run_id, by="sweeper", enqueue=lambda rid: push(str(rid))):
             report.resumed.append(str(run_id))

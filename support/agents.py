@@ -85,7 +85,7 @@ def refund_scenario(request) -> ScriptedReply:
                 )
             ]
         )
-    if last.get("ok") and "id" in (last.get("result") or {}):
+    if last.get("ok") and str((last.get("result") or {}).get("id", "")).startswith("re_"):
         refund = last["result"]
         return ScriptedReply(
             content=f"Refunded {refund['amount'] / 100:.2f} {refund['currency'].upper()} "

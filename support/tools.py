@@ -36,6 +36,7 @@ class LookupOrderArgs(BaseModel):
     description="Read an order: customer, items, amount, payment intent and refund state.",
     recovery=READ_ONLY,
     timeout=5.0,
+    provider="shop",
 )
 def lookup_order(request: dict, call: CallInfo) -> dict:
     return adapters.shop_order(request["order_id"], timeout=call.timeout)
@@ -112,6 +113,7 @@ REFUND_APPROVAL = ApprovalPolicy(
     lookup=_find_refund,
     timeout=10.0,
     approval=REFUND_APPROVAL,
+    provider="payments (Stripe API)",
 )
 def issue_refund(request: dict, call: CallInfo) -> dict:
     metadata = {**request["metadata"], "holdfast_run_id": call.run_id}
@@ -148,6 +150,7 @@ class CustomerEmailArgs(BaseModel):
     # whether an interrupted send went out.
     recovery=MANUAL,
     timeout=10.0,
+    provider="mail (SMTP)",
 )
 def send_customer_email(request: dict, call: CallInfo) -> dict:
     message = EmailMessage(

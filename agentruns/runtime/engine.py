@@ -65,6 +65,7 @@ from agentruns.runtime.control import (
     Stop,
     Suspend,
 )
+from agentruns.runtime.desk import NoDesk, ReconciliationDesk
 from agentruns.runtime.effects import canonical_json, content_hash, make_effect_key
 from agentruns.runtime.faults import FaultPoints
 from agentruns.runtime.outcomes import (
@@ -100,6 +101,8 @@ from agentruns.runtime.tools import (
 log = logging.getLogger("holdfast.engine")
 
 UNSETTLED = (StepStatus.RUNNING, StepStatus.UNKNOWN)
+# How an unknown effect can be settled (reconciliation, DESIGN §9).
+SETTLE_RESOLUTIONS = ("happened", "retry", "cancel", "differently")
 MODEL_RETRY = RetryPolicy(max_attempts=5, initial_delay=1.0, max_delay=30.0, deadline=300.0)
 
 
@@ -134,9 +137,11 @@ class Engine:
         store: Store | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         approvals: ApprovalGate | None = None,
+        desk: ReconciliationDesk | None = None,
     ):
         self.registry = registry
         self.approvals: ApprovalGate = approvals or NoApprovals()
+        self.desk: ReconciliationDesk = desk or NoDesk()
         self.settings = settings or EngineSettings()
         self.enqueue = enqueue or (lambda run_id: None)
         self.faults = faults or FaultPoints()
@@ -161,7 +166,7 @@ class Engine:
         advance = _Advance(self, run, owner, claim)
         return advance.execute()
 
-    def _claim(self, run: Run, owner: str, *, for_cancel: bool = False):
+    def _claim(self, run: Run, owner: str, *, for_cancel: bool = False, for_settle: bool = False):
         """Take the run's lease.
 
         The compare-and-set on state_version makes two workers that read the
@@ -183,13 +188,15 @@ class Engine:
                 RunStatus.COMPENSATING,
             ]
             if for_cancel
+            else [RunStatus.EFFECT_UNKNOWN]
+            if for_settle
             else sorted(RUNNABLE_STATUSES)
         )
         status_sql = ", ".join("%s" for _ in statuses)
         params.extend(str(x) for x in statuses)
         now_sql = s._value(NOW, params)
         due_sql = ""
-        if not for_cancel:
+        if not (for_cancel or for_settle):
             due_sql = (
                 f" AND (next_attempt_at IS NULL OR next_attempt_at <= {s._value(NOW, params)})"
             )
@@ -199,7 +206,7 @@ class Engine:
         )
         status_after = (
             Sql("status")
-            if run.status == RunStatus.COMPENSATING or for_cancel
+            if run.status == RunStatus.COMPENSATING or for_cancel or for_settle
             else RunStatus.RUNNING.value
         )
         committed = s.transition(
@@ -212,7 +219,10 @@ class Engine:
                 "status": status_after,
                 "next_attempt_at": None,
             },
-            event=Event("claimed", payload={"owner": owner, "for_cancel": for_cancel}),
+            event=Event(
+                "claimed",
+                payload={"owner": owner, "for_cancel": for_cancel, "for_settle": for_settle},
+            ),
         )
         if not committed.fenced:
             return None
@@ -262,6 +272,74 @@ class Engine:
             run_where=(where, params),
             run_set={"next_attempt_at": NOW, "enqueued_at": NOW},
             event=Event("woken", payload={"by": by}),
+        )
+        if committed.fenced:
+            self.enqueue(run_id)
+        return committed.fenced
+
+    def settle_unknown(
+        self,
+        run_id: uuid.UUID | str,
+        step_pk: int,
+        *,
+        resolution: str,
+        by: str,
+        guard: Guard,
+        observed: dict[str, Any] | None = None,
+        reference: str = "",
+        note: str = "",
+    ) -> str:
+        """Settle an ``unknown`` effect step as an operator (or a conclusive lookup) found it.
+
+        ``resolution`` is one of ``SETTLE_RESOLUTIONS``. ``guard`` is the caller's
+        compare-and-set on its own record (the reconciliation case); it, the step's
+        own ``status = unknown`` check and the run's fence commit together or not at
+        all, so a late provider answer and a resolution cannot both win.
+        Returns "refused" when a guard did not match (nothing was written), "busy"
+        when the run could not be claimed, or what the run did next.
+        """
+        if resolution not in SETTLE_RESOLUTIONS:
+            raise ValueError(f"unknown resolution {resolution!r}")
+        run_id = uuid.UUID(str(run_id))
+        run = Run.objects.get(pk=run_id)
+        if run.status != RunStatus.EFFECT_UNKNOWN:
+            return "refused"
+        owner = new_owner_id()
+        claim = self._claim(run, owner, for_settle=True)
+        if claim is None:
+            return "busy"
+        advance = _Advance(self, run, owner, claim)
+        try:
+            return advance.settle(
+                step_pk,
+                resolution,
+                by=by,
+                guard=guard,
+                observed=observed,
+                reference=reference,
+                note=note,
+            )
+        except LeaseLost:
+            return "lease_lost"
+
+    def requeue_settled(self, run_id: uuid.UUID | str, *, by: str) -> bool:
+        """Queue a run waiting for reconciliation whose effects are all settled now
+        (a worker's late answer settled the step before anyone resolved its case)."""
+        run_id = uuid.UUID(str(run_id))
+        params: list[Any] = []
+        run_sql = self.store._value(run_id, params)
+        params.append(RunStatus.EFFECT_UNKNOWN.value)
+        step_run_sql = self.store._value(run_id, params)
+        params.extend([StepStatus.RUNNING.value, StepStatus.UNKNOWN.value])
+        where = (
+            f"id = {run_sql} AND status = %s AND NOT EXISTS (SELECT 1 FROM agentruns_step "
+            f"WHERE run_id = {step_run_sql} AND is_effect AND status IN (%s, %s))"
+        )
+        committed = self.store.transition(
+            fence=None,
+            run_where=(where, params),
+            run_set={"status": RunStatus.QUEUED.value, "next_attempt_at": None, "enqueued_at": NOW},
+            event=Event("resumed", payload={"by": by, "reason": "effects settled"}),
         )
         if committed.fenced:
             self.enqueue(run_id)
@@ -1483,6 +1561,7 @@ class _Advance:
                 "effect_unknown", step.step_id, {"reason": reason, "effect_key": step.effect_key}
             ),
         )
+        self.engine.desk.open_case(str(self.run_id), step.pk, reason)
         raise Suspend(RunStatus.EFFECT_UNKNOWN, reason, already_written=True)
 
     def _send(
@@ -1777,6 +1856,10 @@ class _Advance:
                 ),
                 event=Event("effect_unknown", payload={"reason": str(exc)}),
             )
+            for pk in Step.objects.filter(
+                run_id=self.run_id, is_effect=True, status__in=UNSETTLED
+            ).values_list("pk", flat=True):
+                self.engine.desk.open_case(str(self.run_id), pk, str(exc))
             return f"suspended:{RunStatus.EFFECT_UNKNOWN}"
         self._decide(
             run_set={
@@ -1904,6 +1987,87 @@ class _Advance:
                 compensates=step.pk,
             )
         raise Finish(Ending.FAILED, reason)
+
+    # --- reconciliation (DESIGN §9) ----------------------------------------------------
+
+    def settle(
+        self,
+        step_pk: int,
+        resolution: str,
+        *,
+        by: str,
+        guard: Guard,
+        observed: dict[str, Any] | None,
+        reference: str,
+        note: str,
+    ) -> str:
+        step = Step.objects.get(pk=step_pk, run_id=self.run_id)
+        agent = self.engine.registry.get(self.run.agent_name, self.run.agent_version)
+        tool = agent.tool(step.name) if agent is not None else None
+        entry = {"action": "settled", "resolution": resolution, "by": by, "note": note[:500]}
+        values: dict[str, Any] = {
+            "in_flight": False,
+            "recovery_log": Json([*(step.recovery_log or []), entry]),
+        }
+        released = {
+            "status": RunStatus.QUEUED,
+            "lease_owner": "",
+            "lease_expires_at": None,
+            "next_attempt_at": None,
+            "enqueued_at": NOW,
+            "claim_count": 0,
+        }
+        reason = f"{step.step_id} settled by {by}: {resolution}"
+        if resolution in ("happened", "differently"):
+            value = _json_safe(observed or {})
+            values.update(
+                status=StepStatus.SUCCEEDED,
+                completed_at=NOW,
+                provider_reference=reference[:200],
+                **self._result_columns(value),
+            )
+        elif resolution == "retry":
+            # Back to planned: the gate checks any approval it needs again before
+            # the send, which goes out under the same effect key (DESIGN §8, §9).
+            values.update(status=StepStatus.PLANNED, resent_after_absence=True)
+        else:  # cancel
+            values.update(
+                status=StepStatus.FAILED,
+                completed_at=NOW,
+                last_error_class="did_not_happen",
+                last_error=f"settled by {by}: it did not happen",
+            )
+        if resolution in ("happened", "retry"):
+            run_set = released
+        elif resolution == "cancel":
+            run_set = {"cancel_requested_at": NOW, "cancel_requested_by": by}
+        elif tool is not None and tool.undo is not None:
+            run_set = {**released, "status": RunStatus.COMPENSATING, "outcome_detail": reason}
+        else:
+            run_set = {}
+        step_guard = self.store.step_guard(step.pk, values, only_if_status=(StepStatus.UNKNOWN,))
+        committed = self._commit(
+            run_set=run_set,
+            event=Event("effect_settled", step.step_id, {"resolution": resolution, "by": by}),
+            guard=[guard, step_guard],
+        )
+        if committed.guard_failed:
+            # Someone else settled it first, or newer evidence arrived: nothing was
+            # written. Give the run back as it was.
+            with suppress(LeaseLost):
+                self._decide(run_set={"lease_owner": "", "lease_expires_at": None})
+            return "refused"
+        if not committed.fenced:
+            raise LeaseLost()
+        if resolution == "cancel":
+            self.run.cancel_requested_by = by
+            return self.finish_cancelled()
+        if run_set.get("status") in (RunStatus.QUEUED, RunStatus.COMPENSATING):
+            self.engine.enqueue(self.run_id)
+            return f"settled:{run_set['status']}"
+        # It happened differently and nothing undoes it: what remains true is that
+        # an effect happened and the run cannot go on as planned.
+        return self._write_end(Finish(Ending.FAILED, reason))
 
     def _write_suspend(self, suspend: Suspend) -> None:
         run_set = {

@@ -95,7 +95,11 @@ class Committed:
 
 
 class _GuardedRollback(Exception):
-    """The guard matched but the run's compare-and-set did not: undo the guard's write."""
+    """A later statement did not match: undo what the guards before it wrote."""
+
+    def __init__(self, *, guard_failed: bool = False):
+        super().__init__()
+        self.guard_failed = guard_failed
 
 
 # Every other step column has a database default (see Step), so an insert names
@@ -178,7 +182,7 @@ class Store:
         lease_margin: float | None = None,
         bump_version: bool = True,
         unless_cancelled: bool = False,
-        guard: Guard | None = None,
+        guard: Guard | list[Guard] | None = None,
     ) -> Committed:
         """Write one transition in one commit.
 
@@ -187,9 +191,10 @@ class Store:
         to its step whatever happened to the lease; only the run's part is fenced.
         ``unless_cancelled`` also refuses the decision once a cancel was requested
         (a new effect is never sent after that); the result then says so.
-        ``guard`` (a decision only) is one more statement in the same commit that
-        must write exactly one row, or the whole transition is undone: how an
-        approval is consumed in the commit that clears its send.
+        ``guard`` (a decision only) is one more statement (or several) in the same
+        commit that must each write exactly one row, or the whole transition is
+        undone: how an approval is consumed in the commit that clears its send, and
+        how a reconciliation case and its step are settled together.
         """
         assert guard is None or not step_is_fact
         run_params: list[Any] = []
@@ -228,7 +233,7 @@ class Store:
             return Committed(False, None, self.cancel_requested(run_id), committed.step_pk)
         return committed
 
-    def _guarded(self, guard: Guard, run_sql, run_params, step, event) -> Committed:
+    def _guarded(self, guard: Guard | list[Guard], run_sql, run_params, step, event) -> Committed:
         """The guard, then the fenced transition, in one explicit transaction.
 
         Both backends run the guard first: when it matches no row nothing else
@@ -264,12 +269,16 @@ class Store:
                     step,
                     event,
                 )
-        except _GuardedRollback:
-            return Committed(False, None, False, None)
+        except _GuardedRollback as rollback:
+            return Committed(False, None, False, None, guard_failed=rollback.guard_failed)
 
     def _guarded_statements(self, execute, guard, run_sql, run_params, step, event) -> Committed:
-        if execute(guard.sql, guard.params) is None:
-            return Committed(False, None, False, None, guard_failed=True)
+        guards = guard if isinstance(guard, list) else [guard]
+        for index, each in enumerate(guards):
+            if execute(each.sql, each.params) is None:
+                if index:
+                    raise _GuardedRollback(guard_failed=True)  # undo the earlier guards
+                return Committed(False, None, False, None, guard_failed=True)
         row = execute(run_sql, run_params)
         if row is None:
             raise _GuardedRollback()
@@ -292,6 +301,15 @@ class Store:
                 params,
             )
         return Committed(True, version, bool(cancel_requested), step_pk)
+
+    def step_guard(
+        self, pk: int, values: dict[str, Any], *, only_if_status: tuple[str, ...]
+    ) -> Guard:
+        """A step write as a guard: it must match (the step still in one of the
+        statuses) for the transition it is part of to commit."""
+        params: list[Any] = []
+        sql = self._step_sql(StepUpdate(pk, values, only_if_status), params, source=None)
+        return Guard(sql, params)
 
     def cancel_requested(self, run_id: uuid.UUID) -> bool:
         params: list[Any] = []

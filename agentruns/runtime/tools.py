@@ -159,6 +159,8 @@ class Tool:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     timeout: float = 10.0
     approval: ApprovalPolicy | None = None
+    # Who performs the effect, in words an operator searches for ("payments").
+    provider: str = ""
 
     def __post_init__(self) -> None:
         if self.recovery.lookup and self.find is None:
@@ -204,6 +206,7 @@ def tool(
     retry: RetryPolicy | None = None,
     timeout: float = 10.0,
     approval: ApprovalPolicy | None = None,
+    provider: str = "",
 ) -> Callable[[Callable[[dict[str, Any], CallInfo], dict[str, Any]]], Tool]:
     """Declare a tool from a function that performs one attempt.
 
@@ -224,6 +227,7 @@ def tool(
             retry=retry or RetryPolicy(),
             timeout=timeout,
             approval=approval,
+            provider=provider,
         )
 
     return decorate

@@ -22,12 +22,14 @@ class Harness:
 
     def build(self, **overrides) -> Engine:
         from approvals.gate import DatabaseApprovalGate
+        from reconciliation.desk import DatabaseDesk
 
         return Engine(
             registry=overrides.pop("registry", self.registry),
             settings=overrides.pop("settings", self.settings),
             enqueue=self.enqueued.append,
             approvals=overrides.pop("approvals", DatabaseApprovalGate()),
+            desk=overrides.pop("desk", DatabaseDesk()),
             **overrides,
         )
 
