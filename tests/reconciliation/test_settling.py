@@ -433,4 +433,3 @@ def test_a_late_answer_recorded_by_a_worker_closes_the_case_and_frees_the_run(wo
     assert newest_lookup(case).method == "late_answer"
     run = Run.objects.get(pk=run.id)
     assert run.status == "queued" and pushed == [str(run.id)]
-
