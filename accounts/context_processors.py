@@ -18,6 +18,8 @@ def attention(request) -> dict:
     if operator is None:
         return {}
     from agentruns.models import Run
+    from approvals.models import Approval
+    from reconciliation.models import ReconciliationCase
 
     counts = dict(
         for_tenant(Run.objects.all(), operator.tenant)
@@ -26,4 +28,12 @@ def attention(request) -> dict:
         .annotate(n=Count("id"))
         .order_by()
     )
-    return {"attention": {state: counts.get(state, 0) for state in ATTENTION_STATES}}
+    attention = {state: counts.get(state, 0) for state in ATTENTION_STATES}
+    # What the approvals inbox lists (approval_inbox index), not the runs waiting:
+    # an expired approval leaves its run waiting with nothing to decide.
+    attention["pending_approvals"] = for_tenant(Approval.objects.pending(), operator.tenant).count()
+    # Open cases (case_queue index): one run may wait on several unknown effects.
+    attention["open_cases"] = for_tenant(
+        ReconciliationCase.objects.filter(status="open"), operator.tenant
+    ).count()
+    return {"attention": attention}

@@ -44,6 +44,7 @@ class RunsConsumer(AsyncWebsocketConsumer):
             await self.close(code=4403)
             return
         self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
+        self.navigation_only = bool(self.scope["url_route"]["kwargs"].get("navigation_only"))
         if self.run_id is not None and not await database_sync_to_async(self._visible)():
             await self.close(code=4404)
             return
@@ -109,6 +110,8 @@ class RunsConsumer(AsyncWebsocketConsumer):
         # pushed afterwards, so nothing falls between the snapshot and the log.
         events = self._events()
         self.seen.extend(event_id for event_id, _, _ in events)
+        if self.navigation_only:
+            return self._attention()
         if self.run_id is not None:
             return self._detail_fragments()
         return self._list_fragments()
@@ -119,6 +122,8 @@ class RunsConsumer(AsyncWebsocketConsumer):
         if not fresh:
             return ""
         self.seen.extend(i for i, _, _ in fresh)
+        if self.navigation_only:
+            return self._attention()
         if self.run_id is not None:
             return self._detail_fragments()
         from agentruns.views import list_context, run_matches

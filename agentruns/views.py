@@ -18,6 +18,7 @@ from accounts.services import audit_record, for_tenant
 from agentruns.models import TERMINAL_STATUSES, Run, RunStatus, Step
 from agentruns.runtime import CancelRefused
 from agentruns.services import get_registry, run_cancel, run_wake
+from approvals.policy import format_amount
 
 PAGE_SIZE = 50
 # Tab counts stop at this many: "1000+" says as much as an exact 213,419 and costs
@@ -137,9 +138,20 @@ def run_list(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+def _approvals_of(run: Run) -> list[tuple]:
+    """The run's approvals, newest first, each with its amount as a person reads it.
+    (The run is already the viewer's tenant's; so are its approvals.)"""
+    return [
+        (approval, format_amount(approval.amount, approval.currency))
+        for approval in run.approvals.order_by("-id")
+    ]
+
+
 def detail_context(run: Run, user) -> dict:
     return {
         "run": run,
+        "approvals": _approvals_of(run),
+        "cases": list(run.cases.order_by("id")),
         "steps": list(run.steps.order_by("seq")),
         "events": list(run.events.order_by("-id")[:200]),
         "audit": list(
@@ -169,6 +181,8 @@ def _after_action(request: HttpRequest, run: Run, message: str, status: int = 20
         run.refresh_from_db()
         context = {
             "run": run,
+            "approvals": _approvals_of(run),
+            "cases": list(run.cases.order_by("id")),
             "flash": message,
             "can_cancel": False,
             "can_retry": run.status in (RunStatus.WAITING_FOR_RETRY, RunStatus.SLEEPING),

@@ -12,4 +12,6 @@ urlpatterns = [
     path("audit/", accounts_views.audit_list, name="audit-list"),
     path("admin/", admin.site.urls),
     path("", include("agentruns.urls")),
+    path("", include("approvals.urls")),
+    path("", include("reconciliation.urls")),
 ]

@@ -9,6 +9,13 @@ from django.utils import timezone
 from accounts.models import Tenant
 
 
+def money(amount: int | None, currency: str) -> str:
+    """Minor units as a person reads them: 700, "eur" → "7.00 EUR"."""
+    if amount is None:
+        return "—"
+    return f"{amount / 100:,.2f} {currency.upper()}".strip()
+
+
 class CaseStatus(models.TextChoices):
     OPEN = "open"
     RESOLVED = "resolved"
@@ -97,6 +104,10 @@ class ReconciliationCase(models.Model):
     def is_open(self) -> bool:
         return self.status == CaseStatus.OPEN
 
+    @property
+    def amount_display(self) -> str:
+        return money(self.amount, self.currency)
+
 
 class ProviderLookup(models.Model):
     """One observation of what the provider says happened: appended, never changed."""
@@ -123,3 +134,7 @@ class ProviderLookup(models.Model):
 
     def __str__(self) -> str:
         return f"lookup {self.pk} of case {self.case_id}: {self.outcome}"
+
+    @property
+    def amount_display(self) -> str:
+        return money(self.observed_amount, self.observed_currency)

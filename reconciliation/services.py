@@ -28,6 +28,7 @@ from reconciliation.models import (
     ProviderLookup,
     ReconciliationCase,
     Resolution,
+    money,
 )
 
 log = logging.getLogger("holdfast.reconciliation")
@@ -234,12 +235,6 @@ class Choice:
     why_not: str = ""
 
 
-def _money(amount: int | None, currency: str) -> str:
-    if amount is None:
-        return "the amount"
-    return f"{amount / 100:,.2f} {currency.upper()}".strip()
-
-
 def _within_window(case: ReconciliationCase) -> bool:
     """Whether the provider still honours the effect key (measured from the first send)."""
     step = case.step
@@ -312,8 +307,8 @@ def case_choices(case: ReconciliationCase) -> list[Choice]:
 def _difference(case: ReconciliationCase, newest: ProviderLookup | None) -> str:
     if newest is None or newest.outcome != Outcome.DIFFERENTLY:
         return ""
-    observed = _money(newest.observed_amount, newest.observed_currency or case.currency)
-    return f" ({observed} instead of {_money(case.amount, case.currency)})"
+    observed = money(newest.observed_amount, newest.observed_currency or case.currency)
+    return f" ({observed} instead of {money(case.amount, case.currency)})"
 
 
 def _summary(resolution: str, case: ReconciliationCase, lookup: ProviderLookup | None) -> str:
@@ -324,10 +319,10 @@ def _summary(resolution: str, case: ReconciliationCase, lookup: ProviderLookup |
         return f"It did not happen; the request was sent again under effect key {case.effect_key}."
     if resolution == Resolution.CANCEL:
         return "It did not happen; no effect remains from this step and the run was cancelled."
-    amount = _money(lookup.observed_amount, lookup.observed_currency) if lookup else "?"
+    amount = money(lookup.observed_amount, lookup.observed_currency) if lookup else "?"
     return (
         f"It happened differently: {amount} (reference {ref or 'not given'}) instead of "
-        f"{_money(case.amount, case.currency)}. That effect remains in the world."
+        f"{money(case.amount, case.currency)}. That effect remains in the world."
     )
 
 

@@ -26,6 +26,7 @@ from agentruns.runtime.context import (
     run_tool_loop,
     tool_message,
 )
+from agentruns.runtime.effects import canonical_json, content_hash
 from agentruns.runtime.engine import CancelRefused, Engine, EngineSettings
 from agentruns.runtime.faults import FaultPoints
 from agentruns.runtime.outcomes import EffectFact, Ending, derive_terminal_state
@@ -84,6 +85,8 @@ __all__ = [
     "Undo",
     "agent",
     "always",
+    "canonical_json",
+    "content_hash",
     "derive_terminal_state",
     "idempotent",
     "lookup",

@@ -133,3 +133,20 @@ def test_a_login_without_the_view_permission_is_refused(client, tenant, make_ope
         assert not connected and code == 4403
 
     _run(scenario)
+
+
+def test_the_navigation_socket_sends_only_the_navigation(viewer_client, harness):
+    run = harness.start("flow", {"sleep": 600})
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, "/ws/nav/", headers=_headers(viewer_client))
+        connected, _ = await socket.connect()
+        assert connected
+        snapshot = await socket.receive_from(timeout=5)
+        assert snapshot.startswith('<nav id="attention"') and "run-table" not in snapshot
+        await database_sync_to_async(harness.advance)(run)
+        update = await socket.receive_from(timeout=5)
+        assert update.startswith('<nav id="attention"') and f"run-{run.id}" not in update
+        await socket.disconnect()
+
+    _run(scenario)

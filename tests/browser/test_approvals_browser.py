@@ -1,0 +1,129 @@
+"""An approver sees a refund waiting, approves it in place, and the run finishes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group
+from playwright.sync_api import expect
+
+from accounts.models import AuditEntry
+from agentruns.services import run_start
+from approvals.models import ApprovalAuthority
+from tests.browser.conftest import SCREENSHOTS
+
+pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
+
+PROVIDER_SETTINGS = ("PAYMENTS_API_BASE", "SHOP_API_BASE")
+
+
+@pytest.fixture(scope="module")
+def sandbox_provider(sandbox_process):
+    """Point the refund tools at the sandbox: the live server reads the payment
+    for "state now" (forked, so set before the fork) and the workers send the
+    refund (their own processes, so through the environment)."""
+    saved = {name: (getattr(settings, name), os.environ.get(name)) for name in PROVIDER_SETTINGS}
+    for name in PROVIDER_SETTINGS:
+        setattr(settings, name, sandbox_process.url)
+        os.environ[name] = sandbox_process.url
+    yield sandbox_process
+    for name, (value, environ) in saved.items():
+        setattr(settings, name, value)
+        if environ is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = environ
+
+
+@pytest.fixture(scope="module")
+def live_server_url(sandbox_provider, live_server_url):
+    return live_server_url
+
+
+def _log_in(page, live_server_url, username):
+    page.goto(f"{live_server_url}/approvals/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", "correct horse battery")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{live_server_url}/approvals/")
+
+
+def _right(page, selector):
+    return page.locator(selector).evaluate("element => element.getBoundingClientRect().right")
+
+
+def _narrow(page, name, whole_page=True):
+    """A screenshot at a phone's width; by default the page must fit it."""
+    page.set_viewport_size({"width": 390, "height": 800})
+    if whole_page:
+        assert page.evaluate("document.documentElement.scrollWidth") <= 400, name
+    page.screenshot(path=str(SCREENSHOTS / f"{name}-narrow.png"), full_page=True)
+    page.set_viewport_size({"width": 1200, "height": 800})
+
+
+def test_an_approver_approves_a_refund_and_watches_the_run_finish(
+    page, live_server_url, sandbox, tenant, make_operator, workers, screenshot
+):
+    make_operator(tenant, "approver", username="ann")
+    ApprovalAuthority.objects.create(
+        tenant=tenant, group=Group.objects.get(name="approver"), max_amount=50_000
+    )
+    _log_in(page, live_server_url, "ann")
+    expect(page.locator(".empty-state")).to_contain_text("No approvals are waiting.")
+
+    # A client asks for a refund above the auto-approval amount while the page is
+    # open: a real worker runs the agent up to the refund and suspends the run.
+    run, _ = run_start(
+        tenant=tenant,
+        agent_name="refund_support",
+        input={"order_id": "ord_1001", "amount": 6000},
+        request_id="browser-approval-1",
+        requested_by="user:requester",
+    )
+    badge = page.locator("#attention a[href='/approvals/'] .badge")
+    expect(badge).to_have_text("1", timeout=20_000)  # the navigation is live
+    page.reload()
+    card = page.locator("article.approval")
+    expect(card).to_have_count(1)
+    expect(card).to_contain_text("Refund 60.00 EUR of order ord_1001")
+    expect(page.locator(".viewer-limit")).to_contain_text("Your limit: 500.00.")
+    # The payment's state now, read from the provider after the page loaded.
+    expect(card.locator(".resource-now")).to_contain_text("Unchanged since it was asked.")
+    screenshot("approvals-inbox-before")
+    _narrow(page, "approvals-inbox-before")
+
+    # A refusal comes back in place too (a 403 the page swaps in), changing nothing.
+    card.locator("button[value=reject]").click()
+    expect(card.locator(".problem")).to_contain_text("say why the action is rejected")
+    expect(card.locator(".approval-head .state")).to_have_text("pending")
+
+    card.locator("textarea[name=note]").fill("Checked: the parcel came back damaged.")
+    card.locator("button[value=approve]").click()
+    # In place: the card comes back decided; no navigation.
+    expect(card.locator(".approval-head .state")).to_have_text("approved")
+    expect(card).to_contain_text("approved: the run goes on with exactly these arguments")
+    expect(card).to_contain_text("user:ann")
+    assert page.url == f"{live_server_url}/approvals/"
+    expect(badge).to_have_text("0")  # the live navigation again
+    assert AuditEntry.objects.filter(action="approval.approve").count() == 1
+    screenshot("approvals-inbox-after")
+
+    # The run page follows the run live until the refund is sent and it completes.
+    card.locator(f"a[href='/runs/{run.id}/']").click()
+    summary = page.locator("#run-summary")
+    expect(summary.locator("h1 .state")).to_have_text("completed", timeout=30_000)
+    expect(summary.locator(".run-approvals")).to_contain_text("consumed")
+    expect(page.locator("#timeline")).to_contain_text("issue_refund")
+    screenshot("approvals-run-completed")
+    # The run page as a whole is wider than a phone (the timeline's effect keys and
+    # the event table); its approvals table at least stays inside its card.
+    _narrow(page, "approvals-run-completed", whole_page=False)
+    assert _right(page, ".run-approvals") <= _right(page, "#run-summary")
+
+    summary.locator(".run-approvals a").first.click()
+    expect(page.locator("h1")).to_contain_text("Approval")
+    expect(page.locator("ul.audit")).to_contain_text("user:ann approval.approve")
+    screenshot("approvals-detail")
+    _narrow(page, "approvals-detail")

@@ -1,0 +1,190 @@
+"""The reconciliation queue and the case page: login, tenant, permissions, CSRF, audit."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from accounts.models import AuditEntry
+from reconciliation.models import ReconciliationCase
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+@pytest.fixture
+def case(world):
+    world.sandbox.arm("error_before", count=10)
+    world.lookups_unavailable()
+    run = world.until_unknown(world.start())
+    assert run.status == "effect_unknown_reconciliation_required"
+    world.clear_faults()
+    return world.case_of(run)
+
+
+@pytest.fixture
+def rita(client, reconciler):
+    client.force_login(reconciler)
+    return client
+
+
+def _post(client, url, data=None, **extra):
+    return client.post(url, data or {}, **extra)
+
+
+def test_the_pages_require_login(client, case):
+    for url in ["/reconciliation/", f"/reconciliation/{case.pk}/"]:
+        response = client.get(url)
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_the_queue_lists_open_cases_oldest_first_with_what_they_are(rita, case):
+    page = rita.get("/reconciliation/").content.decode()
+    assert f"/reconciliation/{case.pk}/" in page
+    assert "issue_refund" in page and "7.00 EUR" in page and "payments (Stripe API)" in page
+    resolved = rita.get("/reconciliation/?show=resolved").content.decode()
+    assert f"/reconciliation/{case.pk}/" not in resolved
+    assert "No case has been resolved yet" in resolved
+
+
+def test_an_empty_queue_says_why_it_is_empty(client, tenant, make_operator):
+    client.force_login(make_operator(tenant, "viewer"))
+    page = client.get("/reconciliation/").content.decode()
+    assert "No effect is waiting to be settled" in page
+
+
+def test_the_case_page_shows_the_intended_action_and_the_forms(rita, case):
+    page = rita.get(f"/reconciliation/{case.pk}/").content.decode()
+    assert case.effect_key in page
+    assert "Record what you found" in page and "Look up now" in page
+    assert "It did not happen: cancel the run" in page
+    assert "record a lookup showing it did not happen first" in page
+
+
+def test_a_viewer_sees_the_case_but_not_the_forms_and_cannot_post(client, case, make_operator):
+    client.force_login(make_operator(case.tenant, "viewer"))
+    page = client.get(f"/reconciliation/{case.pk}/").content.decode()
+    assert "Record what you found" not in page and "cannot settle effects" in page
+    for action in ["lookup", "record", "resolve"]:
+        assert _post(client, f"/reconciliation/{case.pk}/{action}").status_code == 403
+
+
+def test_another_tenants_case_is_not_found(client, case, other_tenant, make_operator):
+    client.force_login(make_operator(other_tenant, "reconciler"))
+    assert client.get(f"/reconciliation/{case.pk}/").status_code == 404
+    assert _post(client, f"/reconciliation/{case.pk}/record", {"outcome": "x"}).status_code == 404
+    assert str(case.pk) not in client.get("/reconciliation/").content.decode().split("<main>")[1]
+
+
+def test_get_on_a_post_only_view_is_405(rita, case):
+    for action in ["lookup", "record", "resolve"]:
+        assert rita.get(f"/reconciliation/{case.pk}/{action}").status_code == 405
+
+
+def test_posts_need_the_csrf_token(reconciler, case):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(reconciler)
+    response = client.post(
+        f"/reconciliation/{case.pk}/record", {"outcome": "not_found", "note": "n"}
+    )
+    assert response.status_code == 403
+    assert not case.lookups.exists()
+
+
+def test_recording_then_resolving_settles_the_run_and_audits_both(rita, case, world):
+    response = _post(
+        rita,
+        f"/reconciliation/{case.pk}/record",
+        {"outcome": "not_found", "note": "nothing in the dashboard", "observed_amount": ""},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'id="case-body"' in body and "<html" not in body
+    assert "Your observation is recorded" in body
+    case.refresh_from_db()
+    lookup = case.lookups.get()
+    response = _post(
+        rita,
+        f"/reconciliation/{case.pk}/resolve",
+        {
+            "resolution": "retry",
+            "seen_version": case.version,
+            "seen_lookup_id": lookup.pk,
+            "note": "send it",
+        },
+    )
+    assert response.status_code == 302
+    case.refresh_from_db()
+    assert case.resolution == "retry" and case.resolved_by == "user:rita"
+    actions = set(
+        AuditEntry.objects.filter(object_type="case", object_id=str(case.pk)).values_list(
+            "action", flat=True
+        )
+    )
+    assert actions == {"case.lookup.operator", "case.resolve.retry"}
+    assert world.harness.advance(case.run) == "finished:completed"
+    assert world.refunds()["count"] == 1
+
+
+def test_a_resolution_on_stale_evidence_is_409_and_shows_the_newest(rita, case):
+    _post(rita, f"/reconciliation/{case.pk}/record", {"outcome": "not_found", "note": "first"})
+    case.refresh_from_db()
+    stale_version, stale_lookup = case.version, case.lookups.get().pk
+    _post(
+        rita,
+        f"/reconciliation/{case.pk}/record",
+        {"outcome": "succeeded", "provider_reference": "re_x", "note": "second look"},
+    )
+    response = _post(
+        rita,
+        f"/reconciliation/{case.pk}/resolve",
+        {"resolution": "cancel", "seen_version": stale_version, "seen_lookup_id": stale_lookup},
+    )
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert "newer evidence arrived" in page and "second look" in page
+    assert ReconciliationCase.objects.get(pk=case.pk).is_open
+
+
+def test_a_record_without_evidence_is_400_and_keeps_nothing(rita, case):
+    response = _post(rita, f"/reconciliation/{case.pk}/record", {"outcome": "not_found"})
+    assert response.status_code == 400
+    assert "describe your evidence" in response.content.decode()
+    assert not case.lookups.exists()
+
+
+def test_an_amount_that_is_not_a_number_is_400(rita, case):
+    response = _post(
+        rita,
+        f"/reconciliation/{case.pk}/record",
+        {
+            "outcome": "differently",
+            "provider_reference": "re_1",
+            "observed_amount": "seven",
+            "note": "n",
+        },
+    )
+    assert response.status_code == 400 and "is not a number" in response.content.decode()
+
+
+def test_operator_text_is_escaped(rita, case):
+    _post(
+        rita,
+        f"/reconciliation/{case.pk}/record",
+        {"outcome": "not_found", "note": "<script>alert(1)</script>"},
+    )
+    page = rita.get(f"/reconciliation/{case.pk}/").content.decode()
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_look_up_now_records_the_answer_and_settles_a_conclusive_one(rita, case, world):
+    response = _post(rita, f"/reconciliation/{case.pk}/lookup")
+    assert response.status_code == 302
+    case.refresh_from_db()
+    # error_before: nothing happened, and the complete listing shows it.
+    assert case.lookups.get().outcome == "not_found"
+    assert case.resolution == "retry" and case.resolved_by == "system"
+    assert AuditEntry.objects.filter(action="case.lookup.automatic", actor="user:rita").exists()
+    assert world.harness.advance(case.run) == "finished:completed"
+    assert world.refunds()["count"] == 1
