@@ -170,6 +170,7 @@ def approvals_expire() -> int:
             run = Run.objects.filter(pk=run_id).only("state_version").first()
             if run is not None:
                 run.events.create(
+                    created_at=DbNow(),
                     type="approval_expired",
                     state_version=run.state_version,
                     step_id=step_id,

@@ -188,3 +188,14 @@ def test_look_up_now_records_the_answer_and_settles_a_conclusive_one(rita, case,
     assert AuditEntry.objects.filter(action="case.lookup.automatic", actor="user:rita").exists()
     assert world.harness.advance(case.run) == "finished:completed"
     assert world.refunds()["count"] == 1
+
+
+def test_cases_can_be_read_but_not_edited_in_the_admin(admin_client, case):
+    page = admin_client.get(f"/admin/reconciliation/reconciliationcase/{case.pk}/change/")
+    assert page.status_code == 200 and case.effect_key in page.content.decode()
+    assert admin_client.get("/admin/reconciliation/reconciliationcase/add/").status_code == 403
+    response = admin_client.post(
+        f"/admin/reconciliation/reconciliationcase/{case.pk}/delete/", {"post": "yes"}
+    )
+    assert response.status_code == 403
+    assert ReconciliationCase.objects.filter(pk=case.pk).exists()
