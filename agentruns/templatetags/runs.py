@@ -41,3 +41,22 @@ def payload(value: Any) -> str:
     if len(text) > LARGE:
         return f"{text[:LARGE]}\n… ({len(text) - LARGE} more characters)"
     return text
+
+
+@register.simple_tag
+def duration(start, end) -> str:
+    """How long from ``start`` to ``end``, precise enough for a step: "340 ms", "2.4 s"."""
+    if start is None or end is None:
+        return ""
+    seconds = (end - start).total_seconds()
+    if seconds < 0:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
