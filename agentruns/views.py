@@ -147,6 +147,18 @@ def _approvals_of(run: Run) -> list[tuple]:
     ]
 
 
+def _audit_of(run: Run) -> list[AuditEntry]:
+    """What people did to the run, its approvals and its cases (audit_object index)."""
+    approvals = [str(pk) for pk in run.approvals.values_list("pk", flat=True)]
+    cases = [str(pk) for pk in run.cases.values_list("pk", flat=True)]
+    concerns = Q(object_type="run", object_id=str(run.id))
+    if approvals:
+        concerns |= Q(object_type="approval", object_id__in=approvals)
+    if cases:
+        concerns |= Q(object_type="case", object_id__in=cases)
+    return list(for_tenant(AuditEntry.objects.all(), run.tenant).filter(concerns)[:100])
+
+
 def detail_context(run: Run, user) -> dict:
     return {
         "run": run,
@@ -154,11 +166,7 @@ def detail_context(run: Run, user) -> dict:
         "cases": list(run.cases.order_by("id")),
         "steps": list(run.steps.order_by("seq")),
         "events": list(run.events.order_by("-id")[:200]),
-        "audit": list(
-            for_tenant(AuditEntry.objects.all(), run.tenant).filter(
-                object_type="run", object_id=str(run.id)
-            )[:50]
-        ),
+        "audit": _audit_of(run),
         "can_cancel": user.has_perm("accounts.cancel_runs")
         and not run.is_terminal
         and run.status != RunStatus.EFFECT_UNKNOWN,

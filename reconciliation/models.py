@@ -113,9 +113,9 @@ class ProviderLookup(models.Model):
     """One observation of what the provider says happened: appended, never changed."""
 
     class Method(models.TextChoices):
-        AUTOMATIC = "automatic"
-        OPERATOR = "operator"
-        LATE_ANSWER = "late_answer"
+        AUTOMATIC = "automatic", "automatic lookup"
+        OPERATOR = "operator", "recorded"
+        LATE_ANSWER = "late_answer", "late answer recorded"
 
     case = models.ForeignKey(ReconciliationCase, on_delete=models.CASCADE, related_name="lookups")
     method = models.CharField(max_length=20, choices=Method.choices)

@@ -200,7 +200,7 @@ def case_resolve_view(request: HttpRequest, case_id: int) -> HttpResponse:
         return _respond(request, case, error=str(exc), status=400)
     except CaseConflict as exc:
         return _respond(request, exc.case, error=str(exc), status=409)
-    return _respond(request, case, flash=f"Resolved: {case.outcome_summary}")
+    return _respond(request, case, flash="Resolved.")
 
 
 def cases_of_run(run) -> list[ReconciliationCase]:

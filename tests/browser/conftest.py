@@ -22,6 +22,7 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = ROOT / "var" / "screenshots"
+PROVIDER_SETTINGS = ("PAYMENTS_API_BASE", "SHOP_API_BASE")
 
 
 def _fresh_connections() -> None:
@@ -56,6 +57,27 @@ def live_server_url(django_db_setup, django_db_blocker):
         # Seen when the suite runs without a terminal: the reactor ignores SIGTERM.
         server.kill()
         server.join(10)
+
+
+@pytest.fixture(scope="module")
+def sandbox_provider(sandbox_process):
+    """Point the refund tools at the sandbox: the live server reads the payment
+    for "state now" (forked, so set before the fork) and the workers send the
+    refund (their own processes, so through the environment).
+
+    A module that needs it overrides ``live_server_url`` to depend on it, so the
+    server forks only once the settings are in place."""
+    saved = {name: (getattr(settings, name), os.environ.get(name)) for name in PROVIDER_SETTINGS}
+    for name in PROVIDER_SETTINGS:
+        setattr(settings, name, sandbox_process.url)
+        os.environ[name] = sandbox_process.url
+    yield sandbox_process
+    for name, (value, environ) in saved.items():
+        setattr(settings, name, value)
+        if environ is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = environ
 
 
 @pytest.fixture(scope="module")

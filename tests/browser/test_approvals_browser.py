@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
@@ -15,26 +12,6 @@ from approvals.models import ApprovalAuthority
 from tests.browser.conftest import SCREENSHOTS
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
-
-PROVIDER_SETTINGS = ("PAYMENTS_API_BASE", "SHOP_API_BASE")
-
-
-@pytest.fixture(scope="module")
-def sandbox_provider(sandbox_process):
-    """Point the refund tools at the sandbox: the live server reads the payment
-    for "state now" (forked, so set before the fork) and the workers send the
-    refund (their own processes, so through the environment)."""
-    saved = {name: (getattr(settings, name), os.environ.get(name)) for name in PROVIDER_SETTINGS}
-    for name in PROVIDER_SETTINGS:
-        setattr(settings, name, sandbox_process.url)
-        os.environ[name] = sandbox_process.url
-    yield sandbox_process
-    for name, (value, environ) in saved.items():
-        setattr(settings, name, value)
-        if environ is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = environ
 
 
 @pytest.fixture(scope="module")
