@@ -1883,20 +1883,7 @@ class _Advance:
         for step in steps:
             if step.is_effect and step.status == StepStatus.PLANNED:
                 # Waiting for approval (or proven absent): never sent, close it.
-                self._decide(
-                    run_set={},
-                    step=StepUpdate(
-                        step.pk,
-                        {
-                            "status": StepStatus.FAILED,
-                            "completed_at": NOW,
-                            "last_error_class": "cancelled",
-                            "last_error": "cancelled before it was sent",
-                        },
-                        only_if_status=(StepStatus.PLANNED,),
-                    ),
-                    event=Event("step_failed", step.step_id, {"reason": "cancelled"}),
-                )
+                self._close_cancelled(step, "cancelled before it was sent")
                 continue
             if step.status not in UNSETTLED:
                 continue
@@ -1907,18 +1894,7 @@ class _Advance:
             )
             if never_executed:
                 # Its only answers were 429s: the provider never acted. Close it.
-                self._decide(
-                    run_set={},
-                    step=StepUpdate(
-                        step.pk,
-                        {
-                            "status": StepStatus.FAILED,
-                            "completed_at": NOW,
-                            "last_error": "cancelled before the provider accepted it",
-                        },
-                    ),
-                    event=Event("step_failed", step.step_id, {"reason": "cancelled"}),
-                )
+                self._close_cancelled(step, "cancelled before the provider accepted it")
                 continue
             # An effect may be in flight or unknown: the worker settles it and then
             # honours the cancel at its next step boundary. Hand the run back, due now.
@@ -1935,6 +1911,23 @@ class _Advance:
             return "handed_back"
         return self._write_end(
             Finish(Ending.CANCELLED, f"cancelled by {self.run.cancel_requested_by or 'request'}")
+        )
+
+    def _close_cancelled(self, step: Step, why: str) -> None:
+        """Mark a step the provider never acted on as failed: the run was cancelled."""
+        self._decide(
+            run_set={},
+            step=StepUpdate(
+                step.pk,
+                {
+                    "status": StepStatus.FAILED,
+                    "completed_at": NOW,
+                    "last_error_class": "cancelled",
+                    "last_error": why,
+                },
+                only_if_status=(step.status,),
+            ),
+            event=Event("step_failed", step.step_id, {"reason": "cancelled"}),
         )
 
     def _needs_compensation(self) -> bool:

@@ -5,10 +5,9 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth.models import Group
 
-from agentruns.runtime import Registry
 from approvals.models import Approval, ApprovalAuthority
-from support.agents import refund_support
 from tests.agentruns.conftest import Harness
+from tests.support.world import point_at_sandbox, refund_harness
 
 ORDER = "ord_1001"
 # Above the refund agent's auto-approval amount (5000), below the order's 8900.
@@ -36,11 +35,8 @@ class World:
 
 @pytest.fixture
 def world(sandbox, settings, tenant) -> World:
-    settings.PAYMENTS_API_BASE = sandbox.url
-    settings.SHOP_API_BASE = sandbox.url
-    harness = Harness(tenant)
-    harness.registry = Registry([refund_support])
-    harness.engine = harness.build()
+    point_at_sandbox(settings, sandbox)
+    harness = refund_harness(tenant)
     order = sandbox.get(f"/shop/orders/{ORDER}").json()
     return World(harness, sandbox, order, tenant)
 

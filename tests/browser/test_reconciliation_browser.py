@@ -9,12 +9,10 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from accounts.models import AuditEntry
-from agentruns.runtime import Registry
 from reconciliation.models import ReconciliationCase
-from support.agents import refund_support
-from tests.agentruns.conftest import Harness
 from tests.browser.conftest import SCREENSHOTS
 from tests.reconciliation.conftest import ORDER, World
+from tests.support.world import refund_harness
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
 
@@ -28,9 +26,7 @@ def live_server_url(sandbox_provider, live_server_url):
 def world(sandbox, tenant) -> World:
     """tests/reconciliation's world: the engine in-process, talking to the sandbox
     (sandbox_provider already points the settings at it)."""
-    harness = Harness(tenant)
-    harness.registry = Registry([refund_support])
-    harness.engine = harness.build()
+    harness = refund_harness(tenant)
     order = sandbox.get(f"/shop/orders/{ORDER}").json()
     return World(harness, sandbox, order, settings=None)
 

@@ -5,10 +5,9 @@ from dataclasses import dataclass
 import pytest
 
 from agentruns.models import Run, Step
-from agentruns.runtime import Registry
 from reconciliation.models import ReconciliationCase
-from support.agents import refund_support
 from tests.agentruns.conftest import Harness
+from tests.support.world import point_at_sandbox, refund_harness
 
 ORDER = "ord_1001"
 AMOUNT = 700  # under the auto-approval amount: no approval in the way
@@ -63,14 +62,8 @@ class World:
 
 @pytest.fixture
 def world(sandbox, settings, tenant) -> World:
-    settings.PAYMENTS_API_BASE = sandbox.url
-    settings.SHOP_API_BASE = sandbox.url
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST = "127.0.0.1"
-    settings.EMAIL_PORT = sandbox.smtp_port
-    harness = Harness(tenant)
-    harness.registry = Registry([refund_support])
-    harness.engine = harness.build()
+    point_at_sandbox(settings, sandbox)
+    harness = refund_harness(tenant)
     order = sandbox.get(f"/shop/orders/{ORDER}").json()
     return World(harness, sandbox, order, settings)
 

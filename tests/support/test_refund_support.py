@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentruns.models import Step
-from agentruns.runtime import Registry, faults
+from agentruns.runtime import faults
 from support.agents import refund_support
-from tests.agentruns.conftest import Harness
+from tests.support.world import point_at_sandbox, refund_harness
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,15 +16,8 @@ ORDER = "ord_1001"
 
 @pytest.fixture
 def world(sandbox, settings, tenant):
-    settings.PAYMENTS_API_BASE = sandbox.url
-    settings.SHOP_API_BASE = sandbox.url
-    # The test runner swaps in a memory backend; the agent must really send.
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST = "127.0.0.1"
-    settings.EMAIL_PORT = sandbox.smtp_port
-    harness = Harness(tenant)
-    harness.registry = Registry([refund_support])
-    harness.engine = harness.build()
+    point_at_sandbox(settings, sandbox)
+    harness = refund_harness(tenant)
     order = sandbox.get(f"/shop/orders/{ORDER}").json()
     return harness, sandbox, order
 
