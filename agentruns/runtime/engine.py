@@ -759,6 +759,7 @@ class _Advance:
         timeout = float(spec.get("timeout", 20.0))
         error: ModelError | None = None
         reply: ModelReply | None = None
+        called_at = self.engine.monotonic()
         try:
             with self._heartbeat(timeout):
                 reply = provider.complete(request, timeout=timeout)
@@ -822,7 +823,8 @@ class _Advance:
                     "input": Json(step_input),
                     "input_hash": input_hash,
                     "attempts": 1,
-                    "started_at": NOW,
+                    # Recorded after the call: its start is now less the call's length.
+                    "started_at": NowPlus(called_at - self.engine.monotonic()),
                     **values,
                 }
             )
@@ -1075,6 +1077,7 @@ class _Advance:
         info = self._call_info(step_id, None, attempt, tool.timeout)
         error: BaseException | None = None
         value = None
+        called_at = self.engine.monotonic()
         try:
             with self._heartbeat(tool.timeout):
                 value = tool.call(canonical, info)
@@ -1101,7 +1104,8 @@ class _Advance:
                         "input_hash": input_hash,
                         "recovery": Json(tool.recovery.as_json()),
                         "attempts": 1,
-                        "started_at": NOW,
+                        # Recorded after the call: its start is now less the call's length.
+                        "started_at": NowPlus(called_at - self.engine.monotonic()),
                         **values,
                     }
                 )

@@ -6,7 +6,8 @@ import pytest
 from playwright.sync_api import expect
 
 from accounts.models import AuditEntry
-from agentruns.services import run_start
+from agentruns.services import build_engine, run_start
+from tests.browser.conftest import SCREENSHOTS
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
 
@@ -26,6 +27,7 @@ def test_an_operator_watches_a_run_complete_and_reads_its_timeline(
     make_operator(tenant, "operator", username="ann")
     _log_in(page, live_server_url, "ann")
     expect(page.locator(".empty-state")).to_contain_text("No runs yet")
+    expect(page.locator("#live")).to_have_class("live on")  # the socket is open
     screenshot("runs-empty")
 
     # A client starts a run while the page is open; a real worker advances it, and
@@ -75,15 +77,18 @@ def test_cancel_from_the_detail_page_updates_it_in_place(
 
 def test_the_pages_work_at_a_narrow_width(browser, live_server_url, tenant, make_operator):
     make_operator(tenant, "viewer", username="cy")
+    run, _ = run_start(
+        tenant=tenant,
+        agent_name="order_status",
+        input={"order_id": "A-1003", "follow_up_seconds": 600},
+        request_id="browser-narrow",
+    )
+    build_engine().advance(run.id)  # a few steps on the timeline, effect keys included
     context = browser.new_context(viewport={"width": 390, "height": 800})
     page = context.new_page()
     _log_in(page, live_server_url, "cy")
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= 400
-    page.screenshot(
-        path=str(
-            __import__("tests.browser.conftest", fromlist=["x"]).SCREENSHOTS / "runs-narrow.png"
-        ),
-        full_page=True,
-    )
+    for url, name in [("/runs/", "runs-narrow"), (f"/runs/{run.id}/", "run-detail-narrow")]:
+        page.goto(f"{live_server_url}{url}")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 400, url
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
     context.close()
