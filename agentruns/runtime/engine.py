@@ -2051,8 +2051,16 @@ class _Advance:
         if committed.guard_failed:
             # Someone else settled it first, or newer evidence arrived: nothing was
             # written. Give the run back as it was.
+            # (A refused settle is no crash: its claim does not count toward the
+            # crash-loop limit.)
             with suppress(LeaseLost):
-                self._decide(run_set={"lease_owner": "", "lease_expires_at": None})
+                self._decide(
+                    run_set={
+                        "lease_owner": "",
+                        "lease_expires_at": None,
+                        "claim_count": Sql("claim_count - 1"),
+                    }
+                )
             return "refused"
         if not committed.fenced:
             raise LeaseLost()

@@ -13,6 +13,7 @@ from django.utils import timezone
 from agentruns.models import Run, Step
 from agentruns.runtime import faults
 from agentruns.runtime.store import NOW, Event, Json, StepUpdate, Store
+from agentruns.services import step_settle
 from agentruns.sweeper import sweep
 from approvals.models import Approval, ApprovalAuthority
 from approvals.services import approval_decide
@@ -20,6 +21,7 @@ from reconciliation.models import ReconciliationCase
 from reconciliation.services import (
     CaseConflict,
     CaseRefused,
+    _case_guard,
     case_choices,
     case_lookup_now,
     case_record_lookup,
@@ -433,3 +435,31 @@ def test_a_late_answer_recorded_by_a_worker_closes_the_case_and_frees_the_run(wo
     assert newest_lookup(case).method == "late_answer"
     run = Run.objects.get(pk=run.id)
     assert run.status == "queued" and pushed == [str(run.id)]
+
+
+def test_refused_resolutions_never_add_up_to_a_crash_loop(world, reconciler):
+    run = _lost_reply_without_lookup(world)
+    case = world.case_of(run)
+    case_record_lookup(case=case, user=reconciler, outcome="not_found", note="not listed")
+    case.refresh_from_db()
+    # A resolution made on a version that has moved on: the engine's guard refuses it.
+    stale = _case_guard(
+        case,
+        seen_version=case.version - 1,
+        resolution="cancel",
+        by="user:rita",
+        note="",
+        summary="",
+    )
+    before = Run.objects.get(pk=run.id).claim_count
+    for _ in range(8):
+        outcome = step_settle(
+            run.id, case.step_id, resolution="cancel", by="user:rita", guard=stale
+        )
+        assert outcome == "refused"
+    run = Run.objects.get(pk=run.id)
+    assert run.status == "effect_unknown_reconciliation_required"
+    assert run.claim_count == before and run.lease_owner == ""
+    _resolve(case, reconciler, "cancel")
+    run.refresh_from_db()
+    assert run.status == "cancelled_no_effect"
