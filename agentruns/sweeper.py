@@ -24,6 +24,8 @@ from agentruns.services import run_resume
 log = logging.getLogger("holdfast.sweeper")
 
 SWEEPER_LEASE_NAME = "sweeper"
+# Held across one provider lookup of a reconciliation case (its timeout is 5 s).
+LOOKUP_LEASE_SECONDS = 15.0
 
 
 @dataclass
@@ -104,7 +106,12 @@ def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> Sweep
     from reconciliation.services import cases_sweep
 
     report.approvals_expired = approvals_expire()
-    report.cases = cases_sweep(limit=limit, push=lambda rid: push(str(rid)))
+    # Lookups call providers: each renews the lease for longer than its own timeout.
+    report.cases = cases_sweep(
+        limit=limit,
+        push=lambda rid: push(str(rid)),
+        keep_lease=lambda: acquire_sweeper_lease(owner, ttl=LOOKUP_LEASE_SECONDS),
+    )
     for run_id in runs_with_decided_approvals(limit=limit):
         if run_resume(run_id, by="sweeper", enqueue=lambda rid: push(str(rid))):
             report.resumed.append(str(run_id))

@@ -192,8 +192,10 @@ class DatabaseApprovalGate:
 
     def approval_for_effect(self, effect_key: str) -> int | None:
         return (
+            # The first one: every send under one key carries the same approval id,
+            # so the provider sees the same request each time.
             Approval.objects.filter(consumed_by_effect_key=effect_key)
-            .order_by("-id")
+            .order_by("id")
             .values_list("pk", flat=True)
             .first()
         )

@@ -127,12 +127,18 @@ def approval_rerequest(*, approval: Approval, user, request=None) -> Approval:
     actor = _actor(user)
     with transaction.atomic():
         won = Approval.objects.filter(
-            pk=approval.pk, status=ApprovalStatus.EXPIRED, rerequested_at__isnull=True
+            pk=approval.pk,
+            status=ApprovalStatus.EXPIRED,
+            rerequested_at__isnull=True,
+            # Only while its run still waits on it: a finished run asks nothing.
+            run__status=RunStatus.WAITING_FOR_APPROVAL,
         ).update(rerequested_by=actor, rerequested_at=DbNow())
         current = Approval.objects.get(pk=approval.pk)
         if not won:
             raise DecisionConflict(
-                "only an expired approval can be requested again, and only once", current
+                "only an expired approval of a run still waiting can be requested again, "
+                "and only once",
+                current,
             )
         audit_record(
             tenant=approval.tenant,

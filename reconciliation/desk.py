@@ -45,8 +45,10 @@ def case_open(run_id: str, step_pk: int, reason: str) -> ReconciliationCase | No
     if existing is not None:
         if existing.status == CaseStatus.RESOLVED:
             # A retry ended unknown again: the same case, open once more.
+            last_lookup = existing.lookups.order_by("-id").values_list("id", flat=True).first()
             ReconciliationCase.objects.filter(pk=existing.pk, status=CaseStatus.RESOLVED).update(
                 status=CaseStatus.OPEN,
+                evidence_after=last_lookup or 0,
                 reason=reason,
                 reopened=F("reopened") + 1,
                 version=F("version") + 1,

@@ -72,6 +72,9 @@ class ReconciliationCase(models.Model):
     version = models.IntegerField(default=0)
     opened_at = models.DateTimeField(default=timezone.now)
     reopened = models.IntegerField(default=0)
+    # Observations up to this lookup id came before the case last (re)opened: they
+    # describe an earlier send and no longer count toward a resolution.
+    evidence_after = models.BigIntegerField(default=0)
     resolution = models.CharField(max_length=30, choices=Resolution.choices, blank=True)
     resolved_by = models.CharField(max_length=200, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 
 from accounts.services import audit_record
 from agentruns.dbclock import POSTGRES_NOW, SQLITE_NOW, DbNow
-from agentruns.models import RunStatus, Step, StepStatus
+from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime import CallInfo, Guard, LookupResult
 from agentruns.services import get_registry, run_requeue_settled, step_settle
 from reconciliation.desk import case_open, lookup_backoff
@@ -56,7 +56,8 @@ def _actor(user) -> str:
 
 
 def newest_lookup(case: ReconciliationCase) -> ProviderLookup | None:
-    return case.lookups.order_by("-id").first()
+    """The newest observation that still counts: made since the case last opened."""
+    return case.lookups.filter(id__gt=case.evidence_after).order_by("-id").first()
 
 
 def _append(case: ReconciliationCase, **values: Any) -> ProviderLookup:
@@ -235,19 +236,6 @@ class Choice:
     why_not: str = ""
 
 
-def _within_window(case: ReconciliationCase) -> bool:
-    """Whether the provider still honours the effect key (measured from the first send)."""
-    step = case.step
-    window = (step.recovery or {}).get("idempotency_window_seconds")
-    if window is None or step.first_sent_at is None:
-        return False
-    from datetime import timedelta
-
-    return Step.objects.filter(
-        pk=step.pk, first_sent_at__gt=DbNow() - timedelta(seconds=window)
-    ).exists()
-
-
 def case_choices(case: ReconciliationCase) -> list[Choice]:
     """The resolutions open to an operator now, each with what it will do, in words."""
     newest = newest_lookup(case)
@@ -256,7 +244,6 @@ def case_choices(case: ReconciliationCase) -> list[Choice]:
     agent = get_registry().get(case.run.agent_name, case.run.agent_version)
     tool = agent.tool(case.tool) if agent is not None else None
     has_undo = tool is not None and tool.undo is not None
-    within = _within_window(case)
     needs_found = "record a lookup that found it first"
     choices = [
         Choice(
@@ -271,10 +258,10 @@ def case_choices(case: ReconciliationCase) -> list[Choice]:
             Resolution.RETRY,
             "It did not happen: send it again",
             f"The same stored request is sent once more under effect key {case.effect_key}"
-            + (", after any approval it needs is checked again" if case.approval_id else "")
-            + ". If it had happened after all, the provider returns that instead"
-            + (" (its key window is still open)." if within else "."),
-            case.retries == 0 and (seen == Outcome.NOT_FOUND or (within and seen is not None)),
+            + (", after its approval is checked again" if case.approval_id else "")
+            + ". If it had happened after all, a provider that still honours the key "
+            "returns that instead; one that no longer does would make a second one.",
+            case.retries == 0 and seen == Outcome.NOT_FOUND,
             "it was sent again once already; only cancel remains"
             if case.retries
             else "record a lookup showing it did not happen first",
@@ -398,8 +385,9 @@ def case_resolve(
         reference = newest.provider_reference
         observed = ((newest.evidence or {}).get("result")) or {
             "id": newest.provider_reference,
-            "amount": newest.observed_amount,
-            "currency": newest.observed_currency,
+            # "It happened" without an amount: it happened as it was asked.
+            "amount": newest.observed_amount if newest.observed_amount is not None else case.amount,
+            "currency": newest.observed_currency or case.currency,
             "recorded_by": newest.actor,
             "note": newest.note,
         }
@@ -428,29 +416,30 @@ def case_resolve(
                 case,
             )
         raise CaseConflict("someone else acted on this case first; read it below", case)
-    if user is not None or by != SYSTEM:
-        audit_record(
-            tenant=case.tenant,
-            actor=by,
-            action=f"case.resolve.{resolution}",
-            object_type="case",
-            object_id=case.pk,
-            before={"status": CaseStatus.OPEN.value, "version": seen_version},
-            after={
-                "status": case.status,
-                "resolution": resolution,
-                "lookup": seen_lookup_id,
-                "run_outcome": outcome,
-            },
-            request=request,
-        )
+    # Every resolution is on the audit trail, the system's own included.
+    audit_record(
+        tenant=case.tenant,
+        actor=by,
+        action=f"case.resolve.{resolution}",
+        object_type="case",
+        object_id=case.pk,
+        before={"status": CaseStatus.OPEN.value, "version": seen_version},
+        after={
+            "status": case.status,
+            "resolution": resolution,
+            "lookup": seen_lookup_id,
+            "run_outcome": outcome,
+        },
+        request=request,
+    )
     return case
 
 
-def case_settled_by_provider(case: ReconciliationCase) -> ReconciliationCase:
-    """The step was settled by a worker's late answer: the case records it and closes."""
+def case_settled_by_provider(case: ReconciliationCase, *, push=None) -> ReconciliationCase:
+    """The step was settled by a worker's late answer: the case records it and closes,
+    and the run goes back to the workers once nothing of it is unknown."""
     step = Step.objects.get(pk=case.step_id)
-    if step.status == StepStatus.UNKNOWN or not case.is_open:
+    if step.status not in (StepStatus.SUCCEEDED, StepStatus.FAILED) or not case.is_open:
         return case
     _append(
         case,
@@ -470,6 +459,7 @@ def case_settled_by_provider(case: ReconciliationCase) -> ReconciliationCase:
         outcome_summary=f"The provider's own answer settled the step as {step.status}.",
         next_lookup_at=None,
     )
+    run_requeue_settled(case.run_id, by=SYSTEM, enqueue=push)
     case.refresh_from_db()
     return case
 
@@ -477,9 +467,14 @@ def case_settled_by_provider(case: ReconciliationCase) -> ReconciliationCase:
 # --- the sweeper's part ---------------------------------------------------------------
 
 
-def cases_sweep(*, limit: int = 100, push=None) -> dict[str, int]:
-    """Open missing cases, close cases a late answer settled, and retry due lookups."""
-    opened = settled = looked_up = 0
+def cases_sweep(*, limit: int = 100, push=None, keep_lease=None) -> dict[str, int]:
+    """Open missing cases, close cases a late answer settled, free runs with nothing
+    unknown left, and retry due lookups.
+
+    ``keep_lease()`` renews the sweeper's lease before each provider call and says
+    whether it is still held: a pass never outlives its lease (DESIGN §12.9).
+    """
+    opened = settled = freed = looked_up = 0
     # Unknown steps of waiting runs with no open case (a crash right after the suspend).
     missing = (
         Step.objects.filter(
@@ -494,16 +489,27 @@ def cases_sweep(*, limit: int = 100, push=None) -> dict[str, int]:
         if case_open(str(run_id), step_pk, "opened by the sweeper") is not None:
             opened += 1
     # Cases whose step a worker's late answer settled.
-    for case in ReconciliationCase.objects.filter(status=CaseStatus.OPEN).exclude(
-        step__status=StepStatus.UNKNOWN
+    for case in ReconciliationCase.objects.filter(
+        status=CaseStatus.OPEN, step__status__in=[StepStatus.SUCCEEDED, StepStatus.FAILED]
     )[:limit]:
-        case_settled_by_provider(case)
+        case_settled_by_provider(case, push=push)
         settled += 1
-        run_requeue_settled(case.run_id, by=SYSTEM, enqueue=push)
+    # Runs waiting for reconciliation with nothing unknown or in flight left (a crash
+    # between a case closing and its run being freed).
+    unsettled = Step.objects.filter(
+        run_id=OuterRef("pk"),
+        is_effect=True,
+        status__in=[StepStatus.UNKNOWN, StepStatus.RUNNING],
+    )
+    waiting = Run.objects.filter(status=RunStatus.EFFECT_UNKNOWN).exclude(Exists(unsettled))
+    for run_id in waiting.values_list("id", flat=True)[:limit]:
+        freed += run_requeue_settled(run_id, by=SYSTEM, enqueue=push)
     due = ReconciliationCase.objects.filter(
         status=CaseStatus.OPEN, next_lookup_at__lte=DbNow()
     ).select_related("run", "tenant")[:limit]
     for case in due:
+        if keep_lease is not None and not keep_lease():
+            break
         try:
             case_lookup_now(case=case)
         except Exception:
@@ -513,4 +519,4 @@ def cases_sweep(*, limit: int = 100, push=None) -> dict[str, int]:
                 lookup_failures=F("lookup_failures") + 1,
             )
         looked_up += 1
-    return {"opened": opened, "settled": settled, "looked_up": looked_up}
+    return {"opened": opened, "settled": settled, "freed": freed, "looked_up": looked_up}

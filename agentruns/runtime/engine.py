@@ -257,7 +257,10 @@ class Engine:
         owner = new_owner_id()
         claim = self._claim(run, owner, for_cancel=True)
         if claim is not None:
-            _Advance(self, run, owner, claim).finish_cancelled()
+            # The cancel request is committed either way; a worker that takes the
+            # run over (a decision woke it) honours it at its next boundary.
+            with suppress(LeaseLost):
+                _Advance(self, run, owner, claim).finish_cancelled()
         run.refresh_from_db()
         return run
 
@@ -331,9 +334,11 @@ class Engine:
         params.append(RunStatus.EFFECT_UNKNOWN.value)
         step_run_sql = self.store._value(run_id, params)
         params.extend([StepStatus.RUNNING.value, StepStatus.UNKNOWN.value])
+        now_sql = self.store._value(NOW, params)
         where = (
             f"id = {run_sql} AND status = %s AND NOT EXISTS (SELECT 1 FROM agentruns_step "
-            f"WHERE run_id = {step_run_sql} AND is_effect AND status IN (%s, %s))"
+            f"WHERE run_id = {step_run_sql} AND is_effect AND status IN (%s, %s)) "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < {now_sql})"
         )
         committed = self.store.transition(
             fence=None,
@@ -350,8 +355,14 @@ class Engine:
         or an expired approval is to be requested again) and enqueue it."""
         run_id = uuid.UUID(str(run_id))
         params: list[Any] = []
-        where = f"id = {self.store._value(run_id, params)} AND status = %s"
+        run_sql = self.store._value(run_id, params)
         params.append(RunStatus.WAITING_FOR_APPROVAL.value)
+        now_sql = self.store._value(NOW, params)
+        # Not while someone holds the run (a canceller finishing it, say).
+        where = (
+            f"id = {run_sql} AND status = %s "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < {now_sql})"
+        )
         committed = self.store.transition(
             fence=None,
             run_where=(where, params),
@@ -1211,10 +1222,12 @@ class _Advance:
         is settled first and never gated again (our own refund changes the
         resource fingerprint, so a check then would be wrong).
         """
-        if not self._needs_approval(tool, step.input) and not self._approval_consumed(tool, step):
-            return self._send(tool, step.step_id, step=step)
         gate = self.engine.approvals
         latest = gate.latest(str(self.run_id), step.step_id)
+        # Decided when the step was recorded: once an approval exists for it, the
+        # gate holds whatever a later deploy's policy would say.
+        if latest is None and not self._needs_approval(tool, step.input):
+            return self._send(tool, step.step_id, step=step)
         if latest is None:
             raise self._request_approval(tool, step)
         if latest.status == "pending":
@@ -1448,7 +1461,9 @@ class _Advance:
         if within_window and ambiguous <= policy.max_ambiguous_resends:
             # The provider honours the key: the resend returns what happened.
             return self._send(tool, step.step_id, step=step, interrupted=interrupted)
-        if recovery.lookup and not step.resent_after_absence:
+        if recovery.lookup:
+            # Asking is always safe; only a second send after absence is not
+            # (see the absent answer in _lookup).
             if step.last_sent_at is not None:
                 # A send could still land until its budget has passed: only then
                 # can "not found" mean "did not happen" (DESIGN §12.1).
@@ -1464,9 +1479,7 @@ class _Advance:
         return self._unknown(
             step,
             interrupted=interrupted,
-            reason="no idempotency window left and no lookup"
-            if not recovery.lookup
-            else "resent once after absence; still no answer",
+            reason="no idempotency window left and no lookup",
         )
 
     def _wait_for_retry(self, step: Step, delay: float, interrupted: bool, *, reason: str):
@@ -1512,17 +1525,34 @@ class _Advance:
                 log_entry=entry,
                 ambiguous=interrupted,
             )
+        if found.outcome == "absent" and found.conclusive and step.resent_after_absence:
+            # Sent once more after an earlier absence, and absent again: a person
+            # looks before anything is sent a third time.
+            return self._unknown(
+                step,
+                interrupted=interrupted,
+                reason="absent again after the one resend that absence allows",
+                log_entry=entry,
+            )
         if found.outcome == "absent" and found.conclusive and self._approval_consumed(tool, step):
             # Proven absent: a new send needs a valid approval again (DESIGN §8).
-            # Planned, the step goes through the gate before it is sent.
-            return self._record(
-                tool,
-                step,
-                {"status": StepStatus.PLANNED, "in_flight": False, "resent_after_absence": True},
-                log_entry=entry,
-                ambiguous=interrupted,
-                progress=False,
+            # Planned, the step goes through the gate before it is sent. A decision,
+            # not a fact: a worker whose lease lapsed while it looked must not turn
+            # another worker's send in flight back into "planned".
+            values = {
+                "status": StepStatus.PLANNED,
+                "in_flight": False,
+                "resent_after_absence": True,
+                "recovery_log": Json([*(step.recovery_log or []), entry]),
+            }
+            if interrupted:
+                values["ambiguous_attempts"] = Sql("ambiguous_attempts + 1")
+            self._decide(
+                run_set=self._progress(step.step_id, new_step=False),
+                step=StepUpdate(step.pk, values, only_if_status=(step.status,)),
+                event=Event("step_planned", step.step_id, {"reason": "proven absent"}),
             )
+            return self._reload(step.seq)
         if found.outcome == "absent" and found.conclusive:
             step = self._record(
                 tool,
@@ -1628,7 +1658,8 @@ class _Advance:
             write = StepUpdate(step.pk, values)
         # A new effect is never sent once a cancel was requested; a resend of an
         # unsettled one is, because its outcome must be settled first.
-        first_send = insert is not None or step.first_sent_at is None
+        # A planned step is never in flight (not sent yet, or proven absent).
+        first_send = insert is not None or step.status == StepStatus.PLANNED
         payload = {"tool": tool.name}
         if approval_id is not None:
             payload["approval"] = approval_id
@@ -1850,6 +1881,12 @@ class _Advance:
             return "lease_lost"
 
     def _write_end(self, finish: Finish) -> str:
+        if finish.ending is Ending.CANCELLED:
+            # Effects planned and never sent (waiting for approval) end with the run.
+            for step in Step.objects.filter(
+                run_id=self.run_id, is_effect=True, status=StepStatus.PLANNED
+            ):
+                self._close_cancelled(step, "cancelled before it was sent")
         try:
             status = derive_terminal_state(finish.ending, self._effect_facts())
         except NotSettled as exc:
@@ -1886,9 +1923,7 @@ class _Advance:
         steps = list(Step.objects.filter(run_id=self.run_id))
         for step in steps:
             if step.is_effect and step.status == StepStatus.PLANNED:
-                # Waiting for approval (or proven absent): never sent, close it.
-                self._close_cancelled(step, "cancelled before it was sent")
-                continue
+                continue  # never sent: closed with the run's end (_write_end)
             if step.status not in UNSETTLED:
                 continue
             never_executed = (
@@ -2026,7 +2061,14 @@ class _Advance:
         elif resolution == "retry":
             # Back to planned: the gate checks any approval it needs again before
             # the send, which goes out under the same effect key (DESIGN §8, §9).
-            values.update(status=StepStatus.PLANNED, resent_after_absence=True)
+            values.update(
+                status=StepStatus.PLANNED,
+                resent_after_absence=True,
+                # A fresh start for the resend: a 429 on it waits and tries again,
+                # it does not count as the earlier sends' ambiguity.
+                ambiguous_attempts=0,
+                retry_deadline=NowPlus(tool.retry.deadline if tool is not None else 300.0),
+            )
         else:  # cancel
             values.update(
                 status=StepStatus.FAILED,

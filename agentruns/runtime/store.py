@@ -481,33 +481,50 @@ class Store:
         """Record what a provider answered, with its event, touching nothing of the run.
 
         No decision is made here, so nothing is fenced: the worker's next decision
-        is. Returns whether the step was still unsettled and so was written.
+        is. Returns whether the step was still unsettled and so was written. An
+        answer that arrives after the step was settled (by an operator, say) is not
+        written over it; its event says so (``late_answer_ignored``) instead of
+        claiming a change that did not happen.
         """
         pg = self.vendor == "postgresql"
         step_params: list[Any] = []
         step_sql = self._step_sql(step, step_params, source=None)
-        event_params: list[Any] = []
-        run_sql = self._value(run_id, event_params)
-        event_params.append(event.type)
-        version_sql = f"(SELECT state_version FROM agentruns_run WHERE id = {run_sql})"
-        self._value(run_id, event_params)
-        event_params.append(event.step_id)
-        payload_sql = self._value(Json(event.payload), event_params)
-        event_sql = (
-            "INSERT INTO agentruns_runevent "
-            "(run_id, type, state_version, step_id, payload, created_at) "
-            f"VALUES ({run_sql}, %s, {version_sql}, %s, {payload_sql}, "
-            f"{POSTGRES_NOW if pg else SQLITE_NOW})"
+        ignored = Event(
+            "late_answer_ignored", event.step_id, {**event.payload, "answer": event.type}
         )
+
+        def event_sql(chosen: Event, params: list[Any], *, when: str = "") -> str:
+            run_sql = self._value(run_id, params)
+            params.append(chosen.type)
+            version_sql = f"(SELECT state_version FROM agentruns_run WHERE id = {run_sql})"
+            self._value(run_id, params)
+            params.append(chosen.step_id)
+            payload_sql = self._value(Json(chosen.payload), params)
+            return (
+                "INSERT INTO agentruns_runevent "
+                "(run_id, type, state_version, step_id, payload, created_at) "
+                f"SELECT {run_sql}, %s, {version_sql}, %s, {payload_sql}, "
+                f"{POSTGRES_NOW if pg else SQLITE_NOW}{when}"
+            )
+
         if pg:
+            written_params: list[Any] = []
+            written_sql = event_sql(event, written_params, when=" WHERE EXISTS (SELECT 1 FROM s)")
+            ignored_params: list[Any] = []
+            ignored_sql = event_sql(
+                ignored, ignored_params, when=" WHERE NOT EXISTS (SELECT 1 FROM s)"
+            )
             row = self._execute_pg(
-                f"WITH s AS ({step_sql}), e AS ({event_sql}) SELECT count(*) FROM s",
-                [*step_params, *event_params],
+                f"WITH s AS ({step_sql}), e AS ({written_sql}), i AS ({ignored_sql}) "
+                "SELECT count(*) FROM s",
+                [*step_params, *written_params, *ignored_params],
             )
             return bool(row[0])
         with self._sqlite_transaction() as raw:
             written = raw.execute(_qmark(step_sql), step_params).fetchone()
-            raw.execute(_qmark(event_sql), event_params)
+            params: list[Any] = []
+            sql = event_sql(event if written is not None else ignored, params)
+            raw.execute(_qmark(sql), params)
         return written is not None
 
     # --- reads -------------------------------------------------------------------

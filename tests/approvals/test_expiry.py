@@ -105,3 +105,15 @@ def test_a_pending_approval_is_not_touched_by_the_sweeper(world):
     assert report.approvals_expired == 0 and report.resumed == [] and pushed == []
     approval.refresh_from_db()
     assert approval.status == "pending"
+
+
+def test_an_expired_approval_of_a_finished_run_is_not_asked_again(world, make_operator, tenant):
+    run, approval = _waiting(world)
+    _lapse(approval)
+    _sweep()
+    world.harness.engine.request_cancel(run.id, by="user:ops")
+    operator = make_operator(tenant, "operator", username="olga")
+    approval.refresh_from_db()
+    with pytest.raises(DecisionConflict, match="still waiting"):
+        approval_rerequest(approval=approval, user=operator)
+    assert Run.objects.get(pk=run.id).status == "cancelled_no_effect"

@@ -344,7 +344,7 @@ def test_asking_again_for_a_pending_approval_is_409(operator, pending):
     response = operator.post(f"/approvals/{pending.pk}/rerequest", HTTP_HX_REQUEST="true")
     assert response.status_code == 409
     body = response.content.decode()
-    assert "only an expired approval can be requested again" in body
+    assert "only an expired approval of a run still waiting can be requested again" in body
     assert body.lstrip().startswith(f'<article id="approval-{pending.pk}"')
     assert Run.objects.get(pk=pending.run_id).status == "waiting_for_approval"
     assert not AuditEntry.objects.exists()

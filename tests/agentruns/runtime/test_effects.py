@@ -155,6 +155,21 @@ def test_conclusive_absence_allows_exactly_one_more_send(harness, provider):
     assert provider.effect_count() == 1
 
 
+def test_absent_again_after_the_one_resend_waits_for_a_person(harness, provider):
+    run = harness.start("flow", {"tool": "charge_lookup_only"})
+    harness.interrupt(run, faults.AFTER_STEP_RUNNING, "charge_lookup_only")
+    harness.backdate_sends(run, 60)
+    # The lookup proves absence and clears one more send; that worker dies too.
+    harness.interrupt(run, faults.AFTER_STEP_RUNNING, "charge_lookup_only")
+    harness.backdate_sends(run, 60)
+    assert harness.advance(run) == "suspended:effect_unknown_reconciliation_required"
+    step = _charge_step(run)
+    assert step.status == "unknown" and step.resent_after_absence
+    assert "absent again" in step.recovery_log[-1]["reason"]
+    assert provider.lookups["charge"] == 2
+    assert provider.effect_count() == 0
+
+
 def test_an_unreachable_lookup_leaves_the_effect_unknown(harness, provider):
     run = harness.start("flow", {"tool": "charge_lookup_only"})
     harness.interrupt(run, faults.AFTER_CALL_RETURNED, "charge_lookup_only")
