@@ -71,7 +71,8 @@ def test_a_viewer_sees_the_case_but_not_the_forms_and_cannot_post(client, case, 
 def test_another_tenants_case_is_not_found(client, case, other_tenant, make_operator):
     client.force_login(make_operator(other_tenant, "reconciler"))
     assert client.get(f"/reconciliation/{case.pk}/").status_code == 404
-    assert _post(client, f"/reconciliation/{case.pk}/record", {"outcome": "x"}).status_code == 404
+    for action in ["record", "lookup", "resolve"]:
+        assert _post(client, f"/reconciliation/{case.pk}/{action}").status_code == 404
     assert str(case.pk) not in client.get("/reconciliation/").content.decode().split("<main>")[1]
 
 
@@ -83,11 +84,15 @@ def test_get_on_a_post_only_view_is_405(rita, case):
 def test_posts_need_the_csrf_token(reconciler, case):
     client = Client(enforce_csrf_checks=True)
     client.force_login(reconciler)
-    response = client.post(
-        f"/reconciliation/{case.pk}/record", {"outcome": "not_found", "note": "n"}
-    )
-    assert response.status_code == 403
+    for action, data in [
+        ("record", {"outcome": "not_found", "note": "n"}),
+        ("lookup", {}),
+        ("resolve", {"resolution": "cancel", "seen_version": case.version}),
+    ]:
+        assert client.post(f"/reconciliation/{case.pk}/{action}", data).status_code == 403
     assert not case.lookups.exists()
+    case.refresh_from_db()
+    assert case.is_open
 
 
 def test_recording_then_resolving_settles_the_run_and_audits_both(rita, case, world):
@@ -186,6 +191,7 @@ def test_look_up_now_records_the_answer_and_settles_a_conclusive_one(rita, case,
     assert case.lookups.get().outcome == "not_found"
     assert case.resolution == "retry" and case.resolved_by == "system"
     assert AuditEntry.objects.filter(action="case.lookup.automatic", actor="user:rita").exists()
+    assert AuditEntry.objects.filter(action="case.resolve.retry", actor="system").exists()
     assert world.harness.advance(case.run) == "finished:completed"
     assert world.refunds()["count"] == 1
 

@@ -258,17 +258,19 @@ def test_a_late_answer_and_a_resolution_arriving_together_have_one_winner(world,
     case.refresh_from_db()
     run.refresh_from_db()
     if results["fact"]:
-        # The answer won: the step is what the provider said; the resolution was refused.
+        # The answer won: the step is what the provider said; the resolution was
+        # refused, and the run is back with the workers, not stranded.
         assert isinstance(results["resolution"], CaseConflict)
         assert step.status == "succeeded"
         assert case.resolution == "settled_by_provider"
+        assert run.status == "queued"
     else:
-        # The resolution won: the late answer was not written over it.
+        # The resolution won: the late answer was not written over it, and its
+        # event says it was ignored.
         assert not isinstance(results["resolution"], CaseConflict)
         assert step.status == "failed" and case.resolution == "cancel"
-        assert run.status == "cancelled_after_irreversible_effect" or run.status.startswith(
-            "cancelled"
-        )
+        assert run.status == "cancelled_no_effect"
+        assert run.events.filter(type="late_answer_ignored", step_id=step.step_id).exists()
     assert world.refunds()["count"] == 1
 
 
