@@ -2078,6 +2078,9 @@ class _Advance:
             )
         if resolution in ("happened", "retry"):
             run_set = released
+            if step.kind == StepKind.COMPENSATION:
+                # An undo settled: the run goes on compensating, not forward.
+                run_set = {**released, "status": RunStatus.COMPENSATING}
         elif resolution == "cancel":
             run_set = {"cancel_requested_at": NOW, "cancel_requested_by": by}
         elif tool is not None and tool.undo is not None:

@@ -65,3 +65,40 @@ def test_an_undo_refused_for_good_leaves_the_run_failed_after_effect(harness, pr
     assert harness.advance(run) == "finished:failed_after_effect"
     undo = Step.objects.get(run=run, kind="compensation")
     assert undo.status == "failed"
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_an_undo_settled_by_a_person_lets_the_compensation_go_on(harness, provider, tenant):
+    from datetime import timedelta
+
+    from reconciliation.models import ReconciliationCase
+    from reconciliation.services import case_record_lookup, case_resolve, newest_lookup
+
+    run = harness.start("flow", {"fail_after_charge": True})
+    harness.interrupt(run, faults.AFTER_CALL_RETURNED, "refund_charge")
+    harness.backdate_sends(run, timedelta(hours=25).total_seconds())  # past its key window
+    assert harness.advance(run) == "suspended:effect_unknown_reconciliation_required"
+    undo = Step.objects.get(run=run, kind="compensation")
+    case = ReconciliationCase.objects.get(step_id=undo.pk)
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user("rita")
+    case_record_lookup(
+        case=case,
+        user=user,
+        outcome="succeeded",
+        provider_reference="rf_1",
+        note="the refund is in the provider's list",
+    )
+    case.refresh_from_db()
+    case_resolve(
+        case=case,
+        user=user,
+        resolution="happened",
+        seen_version=case.version,
+        seen_lookup_id=newest_lookup(case).pk,
+    )
+    run.refresh_from_db()
+    assert run.status == "partially_completed_compensation_running"
+    assert harness.advance(run) == "finished:compensated"
+    assert provider.calls["refund_charge"] == 1
