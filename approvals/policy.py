@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.db.models import Max
 
 from accounts.models import Tenant
+from agentruns.money import format_amount
 from approvals.models import ApprovalAuthority
 
 DECIDE_PERMISSION = "accounts.decide_approvals"
@@ -46,12 +47,6 @@ def approver_problem(user, tenant: Tenant, amount: int | None, currency: str = "
             f"{format_amount(limit, currency)}"
         )
     return None
-
-
-def format_amount(amount: int | None, currency: str = "") -> str:
-    if amount is None:
-        return "—"
-    return f"{amount / 100:,.2f} {currency.upper()}".strip()
 
 
 __all__ = ["DECIDE_PERMISSION", "approver_problem", "authority_for", "format_amount"]

@@ -7,13 +7,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Tenant
+from agentruns.money import format_amount
 
-
-def money(amount: int | None, currency: str) -> str:
-    """Minor units as a person reads them: 700, "eur" → "7.00 EUR"."""
-    if amount is None:
-        return "—"
-    return f"{amount / 100:,.2f} {currency.upper()}".strip()
+money = format_amount
 
 
 class CaseStatus(models.TextChoices):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
-
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -12,6 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.access import operator_required
 from accounts.models import AuditEntry
 from accounts.services import for_tenant
+from agentruns.money import parse_amount
 from reconciliation.models import CaseStatus, ReconciliationCase
 from reconciliation.services import (
     OPERATOR_OUTCOMES,
@@ -136,18 +135,11 @@ def case_lookup_view(request: HttpRequest, case_id: int) -> HttpResponse:
     return _respond(request, case, flash=flash)
 
 
-def _minor_units(raw: str) -> int | None:
-    """'7.00' or '7' → 700. Empty → None. Anything else raises CaseRefused."""
-    raw = (raw or "").strip().replace(",", "")
-    if not raw:
-        return None
+def _minor_units(raw: str, currency: str) -> int | None:
     try:
-        value = Decimal(raw)
-    except InvalidOperation:
-        raise CaseRefused(f"the amount {raw!r} is not a number (write 7.00)") from None
-    if value < 0 or value.as_tuple().exponent < -2:
-        raise CaseRefused("the amount must be positive with at most two decimals")
-    return int(value * 100)
+        return parse_amount(raw, currency)
+    except ValueError as exc:
+        raise CaseRefused(str(exc)) from None
 
 
 @require_POST
@@ -161,7 +153,10 @@ def case_record_view(request: HttpRequest, case_id: int) -> HttpResponse:
             outcome=request.POST.get("outcome", ""),
             note=request.POST.get("note", ""),
             provider_reference=request.POST.get("provider_reference", ""),
-            observed_amount=_minor_units(request.POST.get("observed_amount", "")),
+            observed_amount=_minor_units(
+                request.POST.get("observed_amount", ""),
+                request.POST.get("observed_currency", "") or case.currency,
+            ),
             observed_currency=request.POST.get("observed_currency", ""),
             request=request,
         )
