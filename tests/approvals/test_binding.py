@@ -337,3 +337,30 @@ def test_a_role_limit_is_per_tenant(world, tenant, other_tenant, make_operator):
     ApprovalAuthority.objects.create(tenant=tenant, group=group, max_amount=100)
     assert approver_problem(user, tenant, 100, "eur") is None
     assert "above the role's limit of 1.00 EUR" in approver_problem(user, tenant, 101, "eur")
+
+
+def test_a_role_that_lost_only_the_approve_permission_no_longer_authorises(world, approver):
+    from django.contrib.auth.models import Permission
+
+    run, approval = _approved(world, approver)
+    Group.objects.get(name="approver").permissions.remove(
+        Permission.objects.get(codename="decide_approvals")
+    )  # the role's authority row stays
+    _assert_invalidated_and_asked_again(world, run, approval, "does not allow deciding")
+    assert world.refunds()["count"] == 0
+
+
+def test_an_approval_of_another_tenant_fails_even_when_its_approver_is_that_tenants(
+    world, approver, other_tenant
+):
+    run, approval = _approved(world, approver)
+    # Everything about the approver holds for the approval's tenant; only the run's
+    # tenant differs, and that alone must refuse the send.
+    Approval.objects.filter(pk=approval.pk).update(tenant=other_tenant)
+    approver.operator.tenant = other_tenant
+    approver.operator.save()
+    ApprovalAuthority.objects.create(
+        tenant=other_tenant, group=Group.objects.get(name="approver"), max_amount=None
+    )
+    _assert_invalidated_and_asked_again(world, run, approval, "another tenant")
+    assert world.refunds()["count"] == 0
