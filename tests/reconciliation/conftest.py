@@ -6,6 +6,7 @@ import pytest
 
 from agentruns.models import Run, Step
 from reconciliation.models import ReconciliationCase
+from reconciliation.services import case_resolve, newest_lookup
 from tests.agentruns.conftest import Harness
 from tests.support.world import point_at_sandbox, refund_harness
 
@@ -58,6 +59,21 @@ class World:
     def case_of(self, run, tool: str = "issue_refund") -> ReconciliationCase:
         step = Step.objects.get(run=run, name=tool)
         return ReconciliationCase.objects.get(step_id=step.pk)
+
+
+def resolve_as_seen(case, user, resolution, note="checked"):
+    """Resolve the case the way an operator who just loaded it does: naming the
+    version and the newest observation on the page."""
+    case.refresh_from_db()
+    newest = newest_lookup(case)
+    return case_resolve(
+        case=case,
+        user=user,
+        resolution=resolution,
+        seen_version=case.version,
+        seen_lookup_id=newest.pk if newest else None,
+        note=note,
+    )
 
 
 @pytest.fixture

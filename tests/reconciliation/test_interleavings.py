@@ -20,25 +20,12 @@ from reconciliation.services import (
     CaseRefused,
     case_choices,
     case_record_lookup,
-    case_resolve,
     newest_lookup,
 )
 from support import adapters
+from tests.reconciliation.conftest import resolve_as_seen
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
-
-
-def _resolve(case, user, resolution, note="checked"):
-    case.refresh_from_db()
-    newest = newest_lookup(case)
-    return case_resolve(
-        case=case,
-        user=user,
-        resolution=resolution,
-        seen_version=case.version,
-        seen_lookup_id=newest.pk if newest else None,
-        note=note,
-    )
 
 
 @pytest.fixture
@@ -77,7 +64,7 @@ def test_a_retry_is_not_offered_on_evidence_that_cannot_tell(world, reconciler):
     choices = {c.resolution: c for c in case_choices(case)}
     assert not choices["retry"].allowed and not choices["cancel"].allowed
     with pytest.raises(CaseRefused):
-        _resolve(case, reconciler, "retry")
+        resolve_as_seen(case, reconciler, "retry")
     assert world.refunds()["count"] == 1
 
 
@@ -172,7 +159,7 @@ def test_send_it_again_sends_nothing_once_a_cancel_was_requested(world, reconcil
     case = world.case_of(run)
     world.clear_faults()
     case_record_lookup(case=case, user=reconciler, outcome="not_found", note="nothing")
-    _resolve(case, reconciler, "retry")
+    resolve_as_seen(case, reconciler, "retry")
     world.harness.advance(run)
     run.refresh_from_db()
     assert run.status == "cancelled_no_effect"
@@ -193,7 +180,7 @@ def test_a_rate_limit_on_the_operators_resend_waits_and_tries_again(world, recon
     case = world.case_of(run)
     world.clear_faults()
     case_record_lookup(case=case, user=reconciler, outcome="not_found", note="none")
-    _resolve(case, reconciler, "retry")
+    resolve_as_seen(case, reconciler, "retry")
     world.sandbox.arm("rate_limit", count=1)
     assert world.harness.advance(run) == "suspended:waiting_for_retry"
     world.harness.make_due(run)
@@ -207,7 +194,7 @@ def test_a_reopened_case_weighs_only_evidence_about_the_new_send(world, reconcil
     world.harness.advance(run)
     case = world.case_of(run, "send_customer_email")
     case_record_lookup(case=case, user=reconciler, outcome="not_found", note="log empty")
-    _resolve(case, reconciler, "retry")
+    resolve_as_seen(case, reconciler, "retry")
     # The resend reaches the mail server; the worker dies before recording it.
     world.harness.interrupt(run, faults.AFTER_CALL_RETURNED, "send_customer_email")
     assert world.harness.advance(run) == "suspended:effect_unknown_reconciliation_required"
@@ -215,7 +202,7 @@ def test_a_reopened_case_weighs_only_evidence_about_the_new_send(world, reconcil
     assert case.is_open and case.reopened == 1 and newest_lookup(case) is None
     assert not any(c.allowed for c in case_choices(case))
     with pytest.raises(CaseRefused):
-        _resolve(case, reconciler, "cancel")
+        resolve_as_seen(case, reconciler, "cancel")
     assert world.sandbox.stats()["messages"]["total"] == 2
 
 
@@ -243,7 +230,7 @@ def test_a_late_answer_that_beats_a_resolution_frees_the_run_at_once(world, reco
         Event("step_succeeded", step.step_id),
     )
     with pytest.raises(CaseConflict, match="provider's own answer"):
-        _resolve(case, reconciler, "cancel")
+        resolve_as_seen(case, reconciler, "cancel")
     case.refresh_from_db()
     assert case.resolution == "settled_by_provider"
     assert Run.objects.get(pk=run.id).status == "queued"  # not stranded
@@ -257,7 +244,7 @@ def test_a_late_answer_after_an_operators_cancel_is_not_written_over_it(world, r
     run = world.until_unknown(world.start())
     case = world.case_of(run)
     case_record_lookup(case=case, user=reconciler, outcome="not_found", note="wrongly")
-    _resolve(case, reconciler, "cancel")
+    resolve_as_seen(case, reconciler, "cancel")
     step = Step.objects.get(run=run, name="issue_refund")
     written = Store().record_fact(
         run.id,
@@ -289,7 +276,7 @@ def test_it_happened_without_an_amount_means_as_asked(world, reconciler):
         provider_reference=refund.id,
         note="seen in the dashboard",
     )
-    _resolve(case, reconciler, "happened")
+    resolve_as_seen(case, reconciler, "happened")
     assert world.harness.advance(run) == "finished:completed"
     run.refresh_from_db()
     assert run.output["reply"] == f"Refunded 7.00 EUR as {refund.id}."

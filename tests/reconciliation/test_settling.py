@@ -28,7 +28,7 @@ from reconciliation.services import (
     case_resolve,
     newest_lookup,
 )
-from tests.reconciliation.conftest import AMOUNT
+from tests.reconciliation.conftest import AMOUNT, resolve_as_seen
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -40,19 +40,6 @@ def _lost_reply_without_lookup(world):
     run = world.until_unknown(world.start())
     assert run.status == "effect_unknown_reconciliation_required"
     return run
-
-
-def _resolve(case, user, resolution, note="checked"):
-    case.refresh_from_db()
-    newest = newest_lookup(case)
-    return case_resolve(
-        case=case,
-        user=user,
-        resolution=resolution,
-        seen_version=case.version,
-        seen_lookup_id=newest.pk if newest else None,
-        note=note,
-    )
 
 
 def test_a_lost_reply_with_no_lookup_opens_one_case_holding_the_intended_action(world):
@@ -86,7 +73,7 @@ def test_an_operator_records_it_happened_and_the_run_completes_with_one_refund(w
         observed_currency=refund.currency,
         note="found it in the payments dashboard",
     )
-    _resolve(case, reconciler, "happened")
+    resolve_as_seen(case, reconciler, "happened")
     case.refresh_from_db()
     assert case.status == "resolved" and case.resolution == "happened"
     assert case.resolved_by == "user:rita"
@@ -113,7 +100,7 @@ def test_did_not_happen_then_retry_makes_exactly_one_refund(world, reconciler):
     case_record_lookup(
         case=case, user=reconciler, outcome="not_found", note="no refund in the dashboard"
     )
-    _resolve(case, reconciler, "retry")
+    resolve_as_seen(case, reconciler, "retry")
     case.refresh_from_db()
     assert case.resolution == "retry" and case.retries == 1
     assert world.harness.advance(run) == "finished:completed"
@@ -129,7 +116,7 @@ def test_did_not_happen_then_cancel_makes_none_and_says_so(world, reconciler):
     run = world.until_unknown(world.start())
     case = world.case_of(run)
     case_record_lookup(case=case, user=reconciler, outcome="not_found", note="not there")
-    _resolve(case, reconciler, "cancel")
+    resolve_as_seen(case, reconciler, "cancel")
     run.refresh_from_db()
     assert run.status == "cancelled_no_effect"
     assert Step.objects.get(run=run, name="issue_refund").status == "failed"
@@ -143,7 +130,7 @@ def test_a_resolution_needs_the_evidence_it_names(world, reconciler):
     assert not choices["happened"].allowed and "found it" in choices["happened"].why_not
     assert not choices["cancel"].allowed
     with pytest.raises(CaseRefused, match="not possible now"):
-        _resolve(case, reconciler, "happened")
+        resolve_as_seen(case, reconciler, "happened")
     with pytest.raises(CaseRefused, match="evidence"):
         case_record_lookup(case=case, user=reconciler, outcome="not_found", note=" ")
     with pytest.raises(CaseRefused, match="reference"):
@@ -195,7 +182,7 @@ def test_two_operators_resolving_at_once_produce_one_resolution(world, reconcile
     )
     case.refresh_from_db()
     other = make_operator(case.tenant, "reconciler", username="ravi")
-    _resolve(case, reconciler, "happened")
+    resolve_as_seen(case, reconciler, "happened")
     with pytest.raises(CaseConflict, match="already resolved"):
         case_resolve(
             case=case,
@@ -243,7 +230,7 @@ def test_a_late_answer_and_a_resolution_arriving_together_have_one_winner(world,
     def operator() -> None:
         try:
             barrier.wait()
-            results["resolution"] = _resolve(case, reconciler, "cancel")
+            results["resolution"] = resolve_as_seen(case, reconciler, "cancel")
         except CaseConflict as exc:
             results["resolution"] = exc
         finally:
@@ -319,7 +306,7 @@ def test_it_happened_differently_ends_failed_after_effect_and_says_what_remains(
     choice = {c.resolution: c for c in case_choices(case)}["differently"]
     assert choice.allowed and "5.00 EUR instead of 7.00 EUR" in choice.summary
     assert "failed_after_effect" in choice.summary
-    _resolve(case, reconciler, "differently")
+    resolve_as_seen(case, reconciler, "differently")
     run.refresh_from_db()
     assert run.status == "failed_after_effect"
     case.refresh_from_db()
@@ -345,7 +332,7 @@ def test_an_email_lost_after_acceptance_is_settled_only_by_a_person(world, recon
         provider_reference="msg in the mail log",
         note="the mail server logged it as delivered",
     )
-    _resolve(case, reconciler, "happened")
+    resolve_as_seen(case, reconciler, "happened")
     assert world.harness.advance(run) == "finished:completed"
     assert world.sandbox.stats()["messages"]["total"] == 1
 
@@ -358,7 +345,7 @@ def test_an_email_is_sent_again_only_on_an_explicit_retry(world, reconciler):
     case_record_lookup(
         case=case, user=reconciler, outcome="not_found", note="the mail log has nothing"
     )
-    _resolve(case, reconciler, "retry")
+    resolve_as_seen(case, reconciler, "retry")
     assert world.harness.advance(run) == "finished:completed"
     assert world.sandbox.stats()["messages"]["total"] == 2  # what the operator chose
 
@@ -369,7 +356,7 @@ def test_cancelling_after_a_refund_says_an_irreversible_effect_remains(world, re
     world.harness.advance(run)
     case = world.case_of(run, "send_customer_email")
     case_record_lookup(case=case, user=reconciler, outcome="not_found", note="nothing logged")
-    _resolve(case, reconciler, "cancel")
+    resolve_as_seen(case, reconciler, "cancel")
     run.refresh_from_db()
     assert run.status == "cancelled_after_irreversible_effect"
     assert world.sandbox.stats()["messages"]["total"] == 1
@@ -399,7 +386,7 @@ def test_a_retry_of_an_approved_refund_reuses_its_approval_while_it_still_holds(
     assert case.approval_id == approval.pk
     world.clear_faults()
     case_record_lookup(case=case, user=reconciler, outcome="not_found", note="nothing there")
-    _resolve(case, reconciler, "retry")
+    resolve_as_seen(case, reconciler, "retry")
     assert world.harness.advance(run) == "finished:completed"
     approval.refresh_from_db()
     assert approval.status == "consumed"
@@ -462,6 +449,6 @@ def test_refused_resolutions_never_add_up_to_a_crash_loop(world, reconciler):
     run = Run.objects.get(pk=run.id)
     assert run.status == "effect_unknown_reconciliation_required"
     assert run.claim_count == before and run.lease_owner == ""
-    _resolve(case, reconciler, "cancel")
+    resolve_as_seen(case, reconciler, "cancel")
     run.refresh_from_db()
     assert run.status == "cancelled_no_effect"
