@@ -9,14 +9,25 @@ import importlib
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from accounts.models import DEFAULT_TENANT_SLUG, Tenant
 from agentruns.models import Run
-from agentruns.runtime import Engine, EngineSettings, FaultPoints, Registry, start_run
+from agentruns.runtime import (
+    ApprovalGate,
+    Engine,
+    EngineSettings,
+    FaultPoints,
+    ReconciliationDesk,
+    Registry,
+    start_run,
+)
+from agentruns.sweeper import push_advance
 
 log = logging.getLogger("holdfast.services")
 
@@ -50,17 +61,39 @@ def _process_faults() -> FaultPoints:
     return FaultPoints.from_env()
 
 
-def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engine:
-    from approvals.gate import DatabaseApprovalGate
-    from reconciliation.desk import DatabaseDesk
+@dataclass(frozen=True)
+class EngineParts:
+    """What the composition root (config/wiring.py) plugs into every engine built here."""
 
+    approvals: Callable[[], ApprovalGate]
+    desk: Callable[[], ReconciliationDesk]
+
+
+_parts: EngineParts | None = None
+
+
+def install_engine_parts(
+    *, approvals: Callable[[], ApprovalGate], desk: Callable[[], ReconciliationDesk]
+) -> None:
+    global _parts
+    _parts = EngineParts(approvals=approvals, desk=desk)
+
+
+def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engine:
+    # Never a bare engine by accident: without its gate a gated effect could only
+    # be refused, and without its desk an unknown effect would open no case.
+    if _parts is None:
+        raise ImproperlyConfigured(
+            "the engine's parts are not installed: add config.apps.HoldfastConfig to "
+            "INSTALLED_APPS (it runs config.wiring.install())"
+        )
     return Engine(
         registry=get_registry(),
         settings=engine_settings(),
         enqueue=enqueue or run_enqueue,
         faults=_process_faults(),
-        approvals=DatabaseApprovalGate(),
-        desk=DatabaseDesk(),
+        approvals=_parts.approvals(),
+        desk=_parts.desk(),
     )
 
 
@@ -70,8 +103,6 @@ def run_enqueue(run_id: uuid.UUID) -> None:
     Callers stamp ``Run.enqueued_at`` in the same write that makes the run due,
     so the sweeper knows it was knocked on.
     """
-    from agentruns.sweeper import push_advance
-
     try:
         push_advance(str(run_id))
     except Exception:

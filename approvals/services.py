@@ -14,6 +14,7 @@ from agentruns.dbclock import DbNow
 from agentruns.models import Run, RunStatus
 from agentruns.runtime import CallInfo
 from agentruns.services import get_registry, run_resume
+from agentruns.sweeper import SweepPass
 from approvals.models import Approval, ApprovalStatus
 from approvals.policy import approver_problem
 
@@ -222,6 +223,18 @@ def approval_resource_now(approval: Approval) -> ResourceNow:
     except Exception as exc:
         log.info("approval %s: reading %s failed: %s", approval.pk, approval.resource, exc)
         return ResourceNow(None, f"could not read {approval.resource} now: {exc}")
+
+
+def approvals_expire_duty(sweep_pass: SweepPass) -> None:
+    """The sweeper's duty: expire pending approvals past their expiry."""
+    sweep_pass.report.approvals_expired = approvals_expire()
+
+
+def approvals_resume_duty(sweep_pass: SweepPass) -> None:
+    """The sweeper's duty: resume runs whose approval was decided while the wake-up was lost."""
+    for run_id in runs_with_decided_approvals(limit=sweep_pass.limit):
+        if run_resume(run_id, by="sweeper", enqueue=lambda rid: sweep_pass.push(str(rid))):
+            sweep_pass.report.resumed.append(str(run_id))
 
 
 def runs_with_decided_approvals(*, limit: int = 500) -> list:

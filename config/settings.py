@@ -58,6 +58,8 @@ INSTALLED_APPS = [
     "reconciliation",
     "support",
     "sandbox",
+    # The composition root: wires the apps above together (config/wiring.py).
+    "config.apps.HoldfastConfig",
 ]
 
 MIDDLEWARE = [

@@ -21,6 +21,7 @@ from agentruns.dbclock import POSTGRES_NOW, SQLITE_NOW, DbNow
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime import CallInfo, Guard, LookupResult
 from agentruns.services import get_registry, run_requeue_settled, step_settle
+from agentruns.sweeper import SweepPass
 from reconciliation.desk import case_open, lookup_backoff
 from reconciliation.models import (
     CaseStatus,
@@ -465,6 +466,15 @@ def case_settled_by_provider(case: ReconciliationCase, *, push=None) -> Reconcil
 
 
 # --- the sweeper's part ---------------------------------------------------------------
+
+
+def cases_sweep_duty(sweep_pass: SweepPass) -> None:
+    """The sweeper's duty: everything ``cases_sweep`` does, within the sweeper's lease."""
+    sweep_pass.report.cases = cases_sweep(
+        limit=sweep_pass.limit,
+        push=lambda run_id: sweep_pass.push(str(run_id)),
+        keep_lease=sweep_pass.keep_lease,
+    )
 
 
 def cases_sweep(*, limit: int = 100, push=None, keep_lease=None) -> dict[str, int]:

@@ -26,6 +26,7 @@ from agentruns.runtime.context import (
     run_tool_loop,
     tool_message,
 )
+from agentruns.runtime.desk import NoDesk, ReconciliationDesk
 from agentruns.runtime.effects import canonical_json, content_hash
 from agentruns.runtime.engine import CancelRefused, Engine, EngineSettings
 from agentruns.runtime.faults import FaultPoints
@@ -73,7 +74,9 @@ __all__ = [
     "ModelSpec",
     "ModelToolCall",
     "NoApprovals",
+    "NoDesk",
     "ProviderBusy",
+    "ReconciliationDesk",
     "Recovery",
     "Registry",
     "RequestConflict",

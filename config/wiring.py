@@ -1,0 +1,41 @@
+"""The composition root: the one module that knows every app and plugs them together.
+
+Each app exposes what it offers through its own modules and registers nothing
+by itself; this module hands each part to the app that uses it:
+
+- the engine gets its approval gate (``approvals.gate``) and its reconciliation
+  desk (``reconciliation.desk``): ``agentruns.services.build_engine`` builds with
+  them;
+- the sweeper gets its duties, in the order one pass performs them;
+- the navigation gets the attention counts every page shows.
+
+``install()`` runs once per process, from ``HoldfastConfig.ready()``: the web
+process, each worker, the sweeper, every command and the tests alike.
+"""
+
+from __future__ import annotations
+
+from agentruns import services, sweeper
+from approvals.gate import DatabaseApprovalGate
+from approvals.services import approvals_expire_duty, approvals_resume_duty
+from reconciliation.desk import DatabaseDesk
+from reconciliation.services import cases_sweep_duty
+
+# What one sweeper pass does, in order. The run duties first: they only knock on
+# runs; then approvals (an expiry is an event a page shows; a decision whose
+# wake-up was lost is resumed); then reconciliation (its lookups call providers,
+# so they come after every cheap duty); the orphan check last, over the result.
+SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
+    sweeper.Duty("wake runs whose retry or timer is due", sweeper.wake_due),
+    sweeper.Duty("recover runs whose lease expired", sweeper.recover_expired),
+    sweeper.Duty("re-enqueue queued runs nobody picked up", sweeper.requeue_stale),
+    sweeper.Duty("expire approvals past their expiry", approvals_expire_duty),
+    sweeper.Duty("sweep reconciliation cases", cases_sweep_duty),
+    sweeper.Duty("resume runs whose approval was decided", approvals_resume_duty),
+    sweeper.Duty("report runs nobody is responsible for", sweeper.report_orphans),
+)
+
+
+def install() -> None:
+    services.install_engine_parts(approvals=DatabaseApprovalGate, desk=DatabaseDesk)
+    sweeper.install_duties(SWEEPER_DUTIES)
