@@ -16,6 +16,20 @@ SQLITE_NOW_PLUS = "(strftime('%Y-%m-%d %H:%M:%f', 'now', {modifier}) || '000')"
 POSTGRES_NOW = "statement_timestamp()"
 
 
+def now_sql(vendor: str) -> str:
+    """The database's clock as an SQL expression, for statements written by hand."""
+    return POSTGRES_NOW if vendor == "postgresql" else SQLITE_NOW
+
+
+def now_plus_sql(vendor: str, seconds: float, params: list) -> str:
+    """The database's clock plus ``seconds``, its one parameter appended to ``params``."""
+    if vendor == "postgresql":
+        params.append(float(seconds))
+        return "(statement_timestamp() + make_interval(secs => %s))"
+    params.append(f"{seconds:+.3f} seconds")
+    return SQLITE_NOW_PLUS.format(modifier="%s")
+
+
 class DbNow(Func):
     template = "CURRENT_TIMESTAMP"
     output_field = DateTimeField()

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 
 from accounts.services import audit_record
-from agentruns.dbclock import POSTGRES_NOW, SQLITE_NOW, DbNow
+from agentruns.dbclock import DbNow, now_sql
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime import CallInfo, Guard, LookupResult
 from agentruns.services import get_registry, run_requeue_settled, step_settle
@@ -324,7 +324,7 @@ def _case_guard(
     summary: str,
 ) -> Guard:
     table = ReconciliationCase._meta.db_table
-    now = POSTGRES_NOW if connection.vendor == "postgresql" else SQLITE_NOW
+    now = now_sql(connection.vendor)
     sql = (
         f"UPDATE {table} SET status = %s, version = version + 1, resolution = %s, "
         f"resolved_by = %s, resolved_at = {now}, resolution_note = %s, outcome_summary = %s, "
