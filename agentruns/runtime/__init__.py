@@ -19,19 +19,14 @@ from agentruns.runtime.approval import (
     NoApprovals,
     always,
 )
-from agentruns.runtime.context import (
-    ModelResponse,
-    ModelToolCall,
-    RunContext,
-    run_tool_loop,
-    tool_message,
-)
+from agentruns.runtime.context import RunContext, run_tool_loop
 from agentruns.runtime.desk import NoDesk, ReconciliationDesk
 from agentruns.runtime.effects import canonical_json, content_hash
 from agentruns.runtime.engine import CancelRefused, Engine, EngineSettings
 from agentruns.runtime.faults import FaultPoints
 from agentruns.runtime.outcomes import EffectFact, Ending, derive_terminal_state
 from agentruns.runtime.registry import Agent, Budget, ModelSpec, Registry, agent
+from agentruns.runtime.responses import ModelResponse, ModelToolCall, tool_message
 from agentruns.runtime.retry import RetryPolicy
 from agentruns.runtime.tools import (
     MANUAL,

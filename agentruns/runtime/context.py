@@ -19,70 +19,16 @@ never re-executed under a new effect key.
 from __future__ import annotations
 
 import functools
-import json
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from agentruns.runtime.control import Abandon, Stop
+from agentruns.runtime import model_steps, tool_steps, values
+from agentruns.runtime.control import Abandon, AgentUsageError, Stop
+from agentruns.runtime.responses import ModelResponse, ModelToolCall, tool_message
 from agentruns.runtime.tools import ToolResult
 
 if TYPE_CHECKING:
-    from agentruns.runtime.engine import _Advance
-
-
-@dataclass(frozen=True)
-class ModelToolCall:
-    id: str
-    name: str
-    raw_arguments: str
-    # Canonical arguments when valid, else None.
-    arguments: dict[str, Any] | None
-    valid: bool
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class ModelResponse:
-    content: str | None
-    tool_calls: list[ModelToolCall] = field(default_factory=list)
-    finish_reason: str | None = None
-    step_id: str = ""
-
-    def assistant_message(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.raw_arguments},
-                }
-                for call in self.tool_calls
-            ]
-        return message
-
-    @classmethod
-    def from_recorded(cls, result: dict[str, Any], step_id: str) -> ModelResponse:
-        return cls(
-            content=result.get("content"),
-            tool_calls=[ModelToolCall(**call) for call in result.get("tool_calls", [])],
-            finish_reason=result.get("finish_reason"),
-            step_id=step_id,
-        )
-
-
-def tool_message(call: ModelToolCall, result: ToolResult) -> dict[str, Any]:
-    """The chat message that feeds a tool's result (or its rejection) back to the model."""
-    return {
-        "role": "tool",
-        "tool_call_id": call.id,
-        "content": json.dumps(result.for_model(), sort_keys=True),
-    }
-
-
-class AgentUsageError(ValueError):
-    """Agent code asked for something its declaration does not allow (an undeclared tool)."""
+    from agentruns.runtime.claim import Claim
 
 
 def _engine_call(method):
@@ -108,17 +54,17 @@ def _engine_call(method):
 class RunContext:
     """The only door from agent code to the world."""
 
-    def __init__(self, advance: _Advance):
-        self._advance = advance
+    def __init__(self, claim: Claim):
+        self._claim = claim
 
     @property
     def run_id(self) -> str:
-        return str(self._advance.run_id)
+        return str(self._claim.run_id)
 
     @property
     def config(self) -> dict[str, Any]:
         """The agent configuration pinned to this run when it started."""
-        return self._advance.snapshot.get("config", {})
+        return self._claim.snapshot.get("config", {})
 
     @_engine_call
     def model(
@@ -133,7 +79,7 @@ class RunContext:
         A tool call with invalid arguments is not an error here: it comes back
         with ``valid=False`` and the reason, to be fed back to the model.
         """
-        return self._advance.model_step(messages, tools=tools, temperature=temperature)
+        return model_steps.model_step(self._claim, messages, tools=tools, temperature=temperature)
 
     @_engine_call
     def tool(self, name: str, args: dict[str, Any]) -> ToolResult:
@@ -143,7 +89,7 @@ class RunContext:
         ``ToolResult`` with the reason; nothing that may have taken effect is
         ever raised here.
         """
-        return self._advance.tool_step(name, args)
+        return tool_steps.tool_step(self._claim, name, args)
 
     def call_model_tool(self, call: ModelToolCall) -> ToolResult:
         """Run a tool call the model produced, or return its validation error."""
@@ -158,18 +104,18 @@ class RunContext:
     @_engine_call
     def now(self) -> datetime:
         """The database's time, recorded: replay returns the same instant."""
-        return self._advance.clock_step()
+        return values.clock_step(self._claim)
 
     @_engine_call
     def random(self) -> float:
         """A random float in [0, 1), recorded: replay returns the same number."""
-        return self._advance.random_step()
+        return values.random_step(self._claim)
 
     @_engine_call
     def sleep(self, duration: float | timedelta) -> None:
         """Suspend the run for ``duration``; no process waits meanwhile."""
         seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
-        self._advance.wait_step(seconds)
+        values.wait_step(self._claim, seconds)
 
 
 def run_tool_loop(

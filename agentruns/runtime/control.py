@@ -16,24 +16,18 @@ class Stop(BaseException):
 
 
 class Suspend(Stop):
-    """Release the lease and wait: for a time, for a person, or for the queue."""
+    """The run was released to wait: for a time, for a person, or for the queue.
 
-    def __init__(
-        self,
-        status: str,
-        reason: str,
-        *,
-        delay: float | None = None,
-        requeue: bool = False,
-        already_written: bool = False,
-    ):
+    Raised only after the suspension is committed (with the step that caused it):
+    whoever catches it has nothing left to write.
+    """
+
+    def __init__(self, status: str, reason: str, *, requeue: bool = False):
         super().__init__(reason)
         self.status = status
         self.reason = reason
-        self.delay = delay
+        # Enqueue the run again at once (its time slice ended, not its work).
         self.requeue = requeue
-        # The suspension was committed together with the step that caused it.
-        self.already_written = already_written
 
 
 class Finish(Stop):
@@ -69,3 +63,7 @@ class Abandon(Stop):
 
 class Divergence(Blocked):
     """Replay asked for a different step than the one recorded at this position."""
+
+
+class AgentUsageError(ValueError):
+    """Agent code asked for something its declaration does not allow (an undeclared tool)."""

@@ -153,6 +153,11 @@ class Registry:
     def get(self, name: str, version: int) -> Agent | None:
         return self._agents.get((name, version))
 
+    def tool_of(self, run: Any, name: str) -> Tool | None:
+        """The tool ``name`` of the agent version ``run`` (a Run) is pinned to, if deployed."""
+        agent = self.get(run.agent_name, run.agent_version)
+        return agent.tool(name) if agent is not None else None
+
     def latest(self, name: str) -> Agent:
         versions = [a for (n, _), a in self._agents.items() if n == name]
         if not versions:

@@ -17,15 +17,18 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from django.db import connections
 from django.db.backends.utils import typecast_timestamp
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
-from agentruns.dbclock import POSTGRES_NOW, SQLITE_NOW, SQLITE_NOW_PLUS
+from agentruns.dbclock import now_plus_sql, now_sql
+from agentruns.models import RunStatus, StepStatus
 from agentruns.runtime.approval import Guard
 
 
@@ -83,6 +86,13 @@ class Event:
     step_id: str = ""
     payload: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def for_attempt(cls, step_id: str, values: dict[str, Any]) -> Event:
+        """The event of a step attempt written with ``values``: its status and error."""
+        return cls(
+            "step_" + str(values["status"]), step_id, {"error": values.get("last_error", "")}
+        )
+
 
 @dataclass(frozen=True)
 class Committed:
@@ -114,6 +124,7 @@ class Store:
         self.alias = alias
         # The backend never changes for an alias; looking it up per value is costly.
         self.vendor: str = connections[alias].vendor
+        self.now_sql = now_sql(self.vendor)
 
     @property
     def connection(self):
@@ -124,13 +135,9 @@ class Store:
     def _value(self, value: Any, params: list[Any], *, json_column: bool = False) -> str:
         pg = self.vendor == "postgresql"
         if value is NOW:
-            return POSTGRES_NOW if pg else SQLITE_NOW
+            return self.now_sql
         if isinstance(value, NowPlus):
-            if pg:
-                params.append(float(value.seconds))
-                return "(statement_timestamp() + make_interval(secs => %s))"
-            params.append(f"{value.seconds:+.3f} seconds")
-            return SQLITE_NOW_PLUS.format(modifier="%s")
+            return now_plus_sql(self.vendor, value.seconds, params)
         if isinstance(value, Sql):
             return value.expression
         if isinstance(value, Json) or (json_column and value is not None):
@@ -138,8 +145,6 @@ class Store:
             if payload is None:
                 return "NULL"
             if pg:
-                from psycopg.types.json import Jsonb
-
                 params.append(Jsonb(payload))
                 return "%s"
             params.append(json.dumps(payload))
@@ -159,85 +164,258 @@ class Store:
             for column, v in values.items()
         )
 
-    def _fence_where(self, fence: Fence, lease_margin: float | None, params: list[Any]) -> str:
+    def _fence_where(self, fence: Fence, params: list[Any]) -> str:
         run_id = self._value(fence.run_id, params)
         params.extend([fence.version, fence.owner])
-        expiry = self._value(NOW if lease_margin is None else NowPlus(lease_margin), params)
         return (
             f"id = {run_id} AND state_version = %s AND lease_owner = %s "
-            f"AND lease_expires_at > {expiry}"
+            f"AND lease_expires_at > {self.now_sql}"
         )
 
-    # --- transitions -------------------------------------------------------------
-
-    def transition(
+    def _event_sql(
         self,
+        event: Event,
+        params: list[Any],
         *,
-        fence: Fence | None,
-        run_where: tuple[str, list[Any]] | None = None,
+        run: Any,
+        version_sql: str,
+        version_params: tuple[Any, ...] = (),
+        tail: str = "",
+    ) -> str:
+        """The one statement that writes a RunEvent; ``tail`` adds a FROM or a WHERE."""
+        run_sql = self._value(run, params)
+        params.append(event.type)
+        params.extend(version_params)
+        params.append(event.step_id)
+        payload_sql = self._value(Json(event.payload), params)
+        return (
+            "INSERT INTO agentruns_runevent "
+            "(run_id, type, state_version, step_id, payload, created_at) "
+            f"SELECT {run_sql}, %s, {version_sql}, %s, {payload_sql}, {self.now_sql}{tail}"
+        )
+
+    def _bind(self, value: uuid.UUID) -> Any:
+        """A run id as the raw connection takes it."""
+        return value if self.vendor == "postgresql" else value.hex
+
+    # --- the engine's writes for a claimed run -------------------------------------
+    #
+    # A decision writes nothing unless the run's compare-and-set (the fence: the
+    # claimed version, the owner, an unexpired lease) matches. A fact, what a
+    # provider answered, is written to its step whatever happened to the lease.
+
+    def decide(
+        self,
+        fence: Fence,
         run_set: dict[str, Any],
+        *,
         step: StepInsert | StepUpdate | None = None,
         event: Event | None = None,
-        step_is_fact: bool = False,
-        lease_margin: float | None = None,
-        bump_version: bool = True,
         unless_cancelled: bool = False,
-        guard: Guard | list[Guard] | None = None,
     ) -> Committed:
-        """Write one transition in one commit.
+        """A decision in one commit: the run's fenced update, its step, its event.
 
-        A decision (the default) writes nothing unless the run's compare-and-set
-        matches. A fact (``step_is_fact``: what a provider answered) is written
-        to its step whatever happened to the lease; only the run's part is fenced.
         ``unless_cancelled`` also refuses the decision once a cancel was requested
         (a new effect is never sent after that); the result then says so.
-        ``guard`` (a decision only) is one more statement (or several) in the same
-        commit that must each write exactly one row, or the whole transition is
-        undone: how an approval is consumed in the commit that clears its send, and
-        how a reconciliation case and its step are settled together.
         """
-        assert guard is None or not step_is_fact
-        run_params: list[Any] = []
+        run_sql, run_params = self._run_update(
+            run_set, *self._fenced(fence), unless_cancelled=unless_cancelled
+        )
+        return self._transition(
+            run_sql, run_params, step, event, run_id=fence.run_id, unless_cancelled=unless_cancelled
+        )
+
+    def record(
+        self, fence: Fence, run_set: dict[str, Any], *, step: StepUpdate, event: Event
+    ) -> Committed:
+        """A fact and the decision beside it: the step is written whatever happened
+        to the lease; only the run's part (``run_set``) is fenced."""
+        run_sql, run_params = self._run_update(run_set, *self._fenced(fence))
+        return self._transition(run_sql, run_params, step, event, run_id=fence.run_id, fact=True)
+
+    def decide_guarded(
+        self,
+        fence: Fence,
+        run_set: dict[str, Any],
+        *,
+        guards: list[Guard],
+        step: StepInsert | StepUpdate | None = None,
+        event: Event | None = None,
+        unless_cancelled: bool = False,
+    ) -> Committed:
+        """A decision with guards: statements in the same commit that must each write
+        exactly one row, or nothing is written. How an approval is consumed in the
+        commit that clears its send, and how a reconciliation case and its step are
+        settled together. ``guard_failed`` in the result says a guard matched nothing.
+        """
+        run_sql, run_params = self._run_update(
+            run_set, *self._fenced(fence), unless_cancelled=unless_cancelled
+        )
+        committed = self._guarded(guards, run_sql, run_params, step, event)
+        if unless_cancelled and not committed.fenced and not committed.guard_failed:
+            return replace(committed, cancel_requested=self.cancel_requested(fence.run_id))
+        return committed
+
+    def renew_lease(self, fence: Fence, seconds: float) -> bool:
+        """Extend the lease under the same version: a heartbeat decides nothing."""
+        run_sql, run_params = self._run_update(
+            {"lease_expires_at": NowPlus(seconds)}, *self._fenced(fence), bump_version=False
+        )
+        return self._transition(run_sql, run_params, None, None, run_id=fence.run_id).fenced
+
+    # --- claims and wake-ups: each its own compare-and-set, no fence -----------------
+
+    def claim(
+        self,
+        run_id: uuid.UUID,
+        *,
+        version: int,
+        owner: str,
+        lease_seconds: float,
+        statuses: list[str],
+        due_only: bool,
+        keep_status: bool,
+        payload: dict[str, Any],
+    ) -> Committed:
+        """Take a run's lease: ``fenced`` says whether this caller got it.
+
+        The compare-and-set on ``state_version`` makes two workers that read the
+        same row race on one UPDATE: exactly one matches. Due time and lease
+        expiry are compared with the database's clock, never a worker's.
+        """
+        params: list[Any] = []
+        where = (
+            f"id = {self._value(run_id, params)} AND state_version = %s "
+            f"AND status IN ({', '.join('%s' for _ in statuses)}) "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < {self.now_sql})"
+        )
+        params.extend([version, *statuses])
+        if due_only:
+            where += f" AND (next_attempt_at IS NULL OR next_attempt_at <= {self.now_sql})"
+        run_set = {
+            "lease_owner": owner,
+            "lease_expires_at": NowPlus(lease_seconds),
+            "claim_count": Sql("claim_count + 1"),
+            "status": Sql("status") if keep_status else RunStatus.RUNNING.value,
+            "next_attempt_at": None,
+        }
+        run_sql, run_params = self._run_update(run_set, where, params)
+        return self._transition(run_sql, run_params, None, Event("claimed", payload=payload))
+
+    def mark_cancel_requested(self, run_id: uuid.UUID, *, by: str) -> bool:
+        """Record a cancel request once; the run's holder honours it at its next boundary."""
+        params: list[Any] = []
+        where = f"id = {self._value(run_id, params)} AND cancel_requested_at IS NULL"
+        run_sql, run_params = self._run_update(
+            {"cancel_requested_at": NOW, "cancel_requested_by": by},
+            where,
+            params,
+            bump_version=False,
+        )
+        event = Event("cancel_requested", payload={"by": by})
+        return self._transition(run_sql, run_params, None, event).fenced
+
+    def mark_due(self, run_id: uuid.UUID, *, statuses: list[str], by: str) -> bool:
+        """Make a waiting run due now (an operator's "retry now"); True if it was waiting."""
+        params: list[Any] = []
+        where = (
+            f"id = {self._value(run_id, params)} "
+            f"AND status IN ({', '.join('%s' for _ in statuses)})"
+        )
+        params.extend(statuses)
+        run_sql, run_params = self._run_update(
+            {"next_attempt_at": NOW, "enqueued_at": NOW}, where, params
+        )
+        event = Event("woken", payload={"by": by})
+        return self._transition(run_sql, run_params, None, event).fenced
+
+    def requeue_if_settled(self, run_id: uuid.UUID, *, by: str) -> bool:
+        """Queue a run waiting for reconciliation once none of its effects is unsettled
+        and nobody holds it; True if it was queued."""
+        params: list[Any] = []
+        run_sql = self._value(run_id, params)
+        params.append(RunStatus.EFFECT_UNKNOWN.value)
+        step_run_sql = self._value(run_id, params)
+        params.extend([StepStatus.RUNNING.value, StepStatus.UNKNOWN.value])
+        where = (
+            f"id = {run_sql} AND status = %s AND NOT EXISTS (SELECT 1 FROM agentruns_step "
+            f"WHERE run_id = {step_run_sql} AND is_effect AND status IN (%s, %s)) "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < {self.now_sql})"
+        )
+        return self._queue(
+            where, params, Event("resumed", payload={"by": by, "reason": "effects settled"})
+        )
+
+    def resume_waiting_for_approval(self, run_id: uuid.UUID, *, by: str) -> bool:
+        """Queue a run waiting for approval unless someone holds it (a canceller
+        finishing it, say); True if it was queued."""
+        params: list[Any] = []
+        where = (
+            f"id = {self._value(run_id, params)} AND status = %s "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < {self.now_sql})"
+        )
+        params.append(RunStatus.WAITING_FOR_APPROVAL.value)
+        return self._queue(where, params, Event("resumed", payload={"by": by}))
+
+    def _queue(self, where: str, params: list[Any], event: Event) -> bool:
+        run_set = {"status": RunStatus.QUEUED.value, "next_attempt_at": None, "enqueued_at": NOW}
+        run_sql, run_params = self._run_update(run_set, where, params)
+        return self._transition(run_sql, run_params, None, event).fenced
+
+    # --- how a transition is written ------------------------------------------------
+
+    def _fenced(self, fence: Fence) -> tuple[str, list[Any]]:
+        params: list[Any] = []
+        return self._fence_where(fence, params), params
+
+    def _run_update(
+        self,
+        run_set: dict[str, Any],
+        where_sql: str,
+        where_params: list[Any],
+        *,
+        bump_version: bool = True,
+        unless_cancelled: bool = False,
+    ) -> tuple[str, list[Any]]:
+        params: list[Any] = []
         assignments = dict(run_set)
         if bump_version:
             assignments = {"state_version": Sql("state_version + 1"), **assignments}
         assignments.setdefault("updated_at", NOW)
-        set_sql = self._assignments(assignments, run_params)
-        if fence is not None:
-            where_sql = self._fence_where(fence, lease_margin, run_params)
-        else:
-            assert run_where is not None
-            where_sql, where_params = run_where
-            run_params.extend(where_params)
+        set_sql = self._assignments(assignments, params)
+        params.extend(where_params)
         if unless_cancelled:
             where_sql += " AND cancel_requested_at IS NULL"
-        run_sql = (
+        sql = (
             f"UPDATE agentruns_run SET {set_sql} WHERE {where_sql} "
             "RETURNING id, state_version, cancel_requested_at"
         )
-        run_id = fence.run_id if fence is not None else None
-        if guard is not None:
-            committed = self._guarded(guard, run_sql, run_params, step, event)
-        elif self.vendor == "postgresql":
-            committed = self._transition_pg(run_sql, run_params, step, event, step_is_fact, run_id)
+        return sql, params
+
+    def _transition(
+        self,
+        run_sql: str,
+        run_params: list[Any],
+        step: StepInsert | StepUpdate | None,
+        event: Event | None,
+        *,
+        run_id: uuid.UUID | None = None,
+        fact: bool = False,
+        unless_cancelled: bool = False,
+    ) -> Committed:
+        if self.vendor == "postgresql":
+            committed = self._transition_pg(run_sql, run_params, step, event, fact, run_id)
         else:
-            committed = self._transition_sqlite(
-                run_sql, run_params, step, event, step_is_fact, run_id
-            )
-        if (
-            unless_cancelled
-            and not committed.fenced
-            and not committed.guard_failed
-            and run_id is not None
-        ):
-            return Committed(False, None, self.cancel_requested(run_id), committed.step_pk)
+            committed = self._transition_sqlite(run_sql, run_params, step, event, fact, run_id)
+        if unless_cancelled and not committed.fenced and run_id is not None:
+            return replace(committed, cancel_requested=self.cancel_requested(run_id))
         return committed
 
-    def _guarded(self, guard: Guard | list[Guard], run_sql, run_params, step, event) -> Committed:
-        """The guard, then the fenced transition, in one explicit transaction.
+    def _guarded(self, guards: list[Guard], run_sql, run_params, step, event) -> Committed:
+        """The guards, then the fenced transition, in one explicit transaction.
 
-        Both backends run the guard first: when it matches no row nothing else
-        is tried. When it matches and the run's compare-and-set then fails (the
+        Both backends run the guards first: when one matches no row nothing else
+        is tried. When they match and the run's compare-and-set then fails (the
         lease is gone), the transaction is rolled back, so a guard's write never
         outlives the decision it was part of.
         """
@@ -249,12 +427,10 @@ class Store:
         raw = conn.connection
         try:
             if pg:
-                import psycopg
-
                 with raw.transaction(), psycopg.Cursor(raw) as cursor:
                     return self._guarded_statements(
                         lambda sql, params: cursor.execute(sql, params).fetchone(),
-                        guard,
+                        guards,
                         run_sql,
                         run_params,
                         step,
@@ -263,7 +439,7 @@ class Store:
             with self._sqlite_transaction() as sqlite:
                 return self._guarded_statements(
                     lambda sql, params: sqlite.execute(_qmark(sql), params).fetchone(),
-                    guard,
+                    guards,
                     run_sql,
                     run_params,
                     step,
@@ -272,17 +448,16 @@ class Store:
         except _GuardedRollback as rollback:
             return Committed(False, None, False, None, guard_failed=rollback.guard_failed)
 
-    def _guarded_statements(self, execute, guard, run_sql, run_params, step, event) -> Committed:
-        guards = guard if isinstance(guard, list) else [guard]
-        for index, each in enumerate(guards):
-            if execute(each.sql, each.params) is None:
+    def _guarded_statements(self, execute, guards, run_sql, run_params, step, event) -> Committed:
+        for index, guard in enumerate(guards):
+            if execute(guard.sql, guard.params) is None:
                 if index:
                     raise _GuardedRollback(guard_failed=True)  # undo the earlier guards
                 return Committed(False, None, False, None, guard_failed=True)
         row = execute(run_sql, run_params)
         if row is None:
             raise _GuardedRollback()
-        _, version, cancel_requested = row
+        run_value, version, cancel_requested = row
         step_pk = None
         if step is not None:
             params: list[Any] = []
@@ -290,16 +465,15 @@ class Store:
             step_pk = written[0] if written else None
         if event is not None:
             params = []
-            run_value = self._value(row[0], params)
-            params.extend([event.type, version, event.step_id])
-            payload = self._value(Json(event.payload), params)
-            execute(
-                "INSERT INTO agentruns_runevent "
-                "(run_id, type, state_version, step_id, payload, created_at) "
-                f"VALUES ({run_value}, %s, %s, %s, {payload}, "
-                f"{POSTGRES_NOW if self.vendor == 'postgresql' else SQLITE_NOW}) RETURNING id",
+            sql = self._event_sql(
+                event,
                 params,
+                run=run_value,
+                version_sql="%s",
+                version_params=(version,),
+                tail=" RETURNING id",
             )
+            execute(sql, params)
         return Committed(True, version, bool(cancel_requested), step_pk)
 
     def step_guard(
@@ -350,12 +524,10 @@ class Store:
             where += f" AND EXISTS (SELECT 1 FROM {source})"
         return f"UPDATE agentruns_step SET {set_sql} WHERE {where} RETURNING id"
 
-    def _transition_pg(self, run_sql, run_params, step, event, step_is_fact, run_id):
-        import psycopg
-
+    def _transition_pg(self, run_sql, run_params, step, event, fact, run_id):
         params: list[Any] = []
         ctes = []
-        if step is not None and step_is_fact:
+        if step is not None and fact:
             ctes.append(f"s AS ({self._step_sql(step, params, source=None)})")
             ctes.append(f"r AS ({run_sql})")
             params.extend(run_params)
@@ -364,33 +536,24 @@ class Store:
             params.extend(run_params)
             if step is not None:
                 ctes.append(f"s AS ({self._step_sql(step, params, source='r')})")
-        if event is not None:
-            if step_is_fact:
-                version_sql = (
+        if event is not None and fact:
+            # Written whether or not the run's part matched, under the version then.
+            event_sql = self._event_sql(
+                event,
+                params,
+                run=run_id,
+                version_sql=(
                     "COALESCE((SELECT state_version FROM r), "
                     "(SELECT state_version FROM agentruns_run WHERE id = %s))"
-                )
-                ctes.append(
-                    "e AS (INSERT INTO agentruns_runevent "
-                    "(run_id, type, state_version, step_id, payload, created_at) "
-                    f"VALUES (%s, %s, {version_sql}, %s, %s, statement_timestamp()))"
-                )
-                params.extend(
-                    [
-                        run_id,
-                        event.type,
-                        run_id,
-                        event.step_id,
-                        psycopg.types.json.Jsonb(event.payload),
-                    ]
-                )
-            else:
-                ctes.append(
-                    "e AS (INSERT INTO agentruns_runevent "
-                    "(run_id, type, state_version, step_id, payload, created_at) "
-                    "SELECT r.id, %s, r.state_version, %s, %s, statement_timestamp() FROM r)"
-                )
-                params.extend([event.type, event.step_id, psycopg.types.json.Jsonb(event.payload)])
+                ),
+                version_params=(run_id,),
+            )
+            ctes.append(f"e AS ({event_sql})")
+        elif event is not None:
+            event_sql = self._event_sql(
+                event, params, run=Sql("r.id"), version_sql="r.state_version", tail=" FROM r"
+            )
+            ctes.append(f"e AS ({event_sql})")
         step_select = "(SELECT id FROM s)" if step is not None else "NULL"
         sql = (
             f"WITH {', '.join(ctes)} SELECT (SELECT state_version FROM r), "
@@ -402,8 +565,6 @@ class Store:
         return Committed(bool(matched), version, bool(cancel_requested), step_pk)
 
     def _execute_pg(self, sql: str, params: list[Any]):
-        import psycopg
-
         conn = self.connection
         conn.ensure_connection()
         # The engine's own statements are server-side prepared on the raw psycopg
@@ -439,11 +600,11 @@ class Store:
                 raw.execute("ROLLBACK")
             raise
 
-    def _transition_sqlite(self, run_sql, run_params, step, event, step_is_fact, run_id):
+    def _transition_sqlite(self, run_sql, run_params, step, event, fact, run_id):
         with self._sqlite_transaction() as raw:
             row = raw.execute(_qmark(run_sql), run_params).fetchone()
             fenced = row is not None
-            if not fenced and not step_is_fact:
+            if not fenced and not fact:
                 # Nothing was written; the empty transaction commits as a no-op.
                 return Committed(False, None, False, None)
             version = row[1] if fenced else None
@@ -462,19 +623,15 @@ class Store:
                     event_version = current[0] if current else -1
                 else:
                     event_version = version
-                event_run = row[0] if fenced else run_id.hex
-                raw.execute(
-                    "INSERT INTO agentruns_runevent "
-                    "(run_id, type, state_version, step_id, payload, created_at) "
-                    f"VALUES (?, ?, ?, ?, ?, {SQLITE_NOW})",
-                    [
-                        event_run,
-                        event.type,
-                        event_version,
-                        event.step_id,
-                        json.dumps(event.payload),
-                    ],
+                params = []
+                sql = self._event_sql(
+                    event,
+                    params,
+                    run=row[0] if fenced else run_id,
+                    version_sql="%s",
+                    version_params=(event_version,),
                 )
+                raw.execute(_qmark(sql), params)
         return Committed(fenced, version, cancel_requested, step_pk)
 
     def record_fact(self, run_id: uuid.UUID, step: StepUpdate, event: Event) -> bool:
@@ -486,33 +643,31 @@ class Store:
         written over it; its event says so (``late_answer_ignored``) instead of
         claiming a change that did not happen.
         """
-        pg = self.vendor == "postgresql"
         step_params: list[Any] = []
         step_sql = self._step_sql(step, step_params, source=None)
         ignored = Event(
             "late_answer_ignored", event.step_id, {**event.payload, "answer": event.type}
         )
-
-        def event_sql(chosen: Event, params: list[Any], *, when: str = "") -> str:
-            run_sql = self._value(run_id, params)
-            params.append(chosen.type)
-            version_sql = f"(SELECT state_version FROM agentruns_run WHERE id = {run_sql})"
-            self._value(run_id, params)
-            params.append(chosen.step_id)
-            payload_sql = self._value(Json(chosen.payload), params)
-            return (
-                "INSERT INTO agentruns_runevent "
-                "(run_id, type, state_version, step_id, payload, created_at) "
-                f"SELECT {run_sql}, %s, {version_sql}, %s, {payload_sql}, "
-                f"{POSTGRES_NOW if pg else SQLITE_NOW}{when}"
-            )
-
-        if pg:
+        version_sql = "(SELECT state_version FROM agentruns_run WHERE id = %s)"
+        version_params = (self._bind(run_id),)
+        if self.vendor == "postgresql":
             written_params: list[Any] = []
-            written_sql = event_sql(event, written_params, when=" WHERE EXISTS (SELECT 1 FROM s)")
+            written_sql = self._event_sql(
+                event,
+                written_params,
+                run=run_id,
+                version_sql=version_sql,
+                version_params=version_params,
+                tail=" WHERE EXISTS (SELECT 1 FROM s)",
+            )
             ignored_params: list[Any] = []
-            ignored_sql = event_sql(
-                ignored, ignored_params, when=" WHERE NOT EXISTS (SELECT 1 FROM s)"
+            ignored_sql = self._event_sql(
+                ignored,
+                ignored_params,
+                run=run_id,
+                version_sql=version_sql,
+                version_params=version_params,
+                tail=" WHERE NOT EXISTS (SELECT 1 FROM s)",
             )
             row = self._execute_pg(
                 f"WITH s AS ({step_sql}), e AS ({written_sql}), i AS ({ignored_sql}) "
@@ -523,7 +678,13 @@ class Store:
         with self._sqlite_transaction() as raw:
             written = raw.execute(_qmark(step_sql), step_params).fetchone()
             params: list[Any] = []
-            sql = event_sql(event if written is not None else ignored, params)
+            sql = self._event_sql(
+                event if written is not None else ignored,
+                params,
+                run=run_id,
+                version_sql=version_sql,
+                version_params=version_params,
+            )
             raw.execute(_qmark(sql), params)
         return written is not None
 
@@ -535,7 +696,7 @@ class Store:
             return row[0]
         raw = self.connection
         raw.ensure_connection()
-        value = raw.connection.execute(f"SELECT {SQLITE_NOW}").fetchone()[0]
+        value = raw.connection.execute(f"SELECT {self.now_sql}").fetchone()[0]
         return timezone.make_aware(typecast_timestamp(value), UTC)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from agentruns.runtime.approval import ApprovalPolicy
 from agentruns.runtime.effects import content_hash
@@ -122,6 +122,35 @@ class CallInfo:
     # The approval that authorised this effect, when it needed one: the tool
     # writes it into the provider's record so a lookup can show it.
     approval_id: int | None = None
+
+    @classmethod
+    def for_run(
+        cls,
+        run: Any,
+        *,
+        step_id: str,
+        effect_key: str | None,
+        attempt: int,
+        timeout: float,
+        approval_id: int | None = None,
+    ) -> CallInfo:
+        """A call on behalf of ``run`` (a Run), with the configuration pinned to it."""
+        return cls(
+            run_id=str(run.id),
+            step_id=step_id,
+            effect_key=effect_key,
+            attempt=attempt,
+            timeout=timeout,
+            config=(run.agent_snapshot or {}).get("config", {}),
+            approval_id=approval_id,
+        )
+
+
+def validation_message(exc: ValidationError) -> str:
+    """Why arguments were refused, in one line a model (or a person) can act on."""
+    return "invalid arguments: " + "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
+    )
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,7 @@ def test_a_scripted_run_must_name_a_scenario_the_agent_has(harness):
 
 
 def test_a_model_that_cannot_be_configured_fails_the_run_with_the_reason(harness):
-    from agentruns.runtime.engine import ModelConfigurationError
+    from agentruns.llm.providers import ModelConfigurationError
 
     def unconfigured(spec, agent):
         raise ModelConfigurationError("OPENAI_API_KEY is not set")

@@ -1,0 +1,250 @@
+"""Model steps: ask the run's model once, validate what it asked for, record it.
+
+A model call is recorded after it returns, with its evidence (provider, model,
+prompt and tool-schema versions, tokens, cost, validation). The accepted output
+is reused on replay; the model is never asked twice for a recorded step.
+Failures are retried by the engine (``MODEL_RETRY``), each attempt recorded;
+model clients run with their own retries off.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from pydantic import ValidationError
+
+from agentruns.llm.base import ModelError, ModelReply, ModelRequest, ModelUnavailable
+from agentruns.llm.providers import ModelConfigurationError
+from agentruns.models import RunStatus, Step, StepKind, StepStatus
+from agentruns.runtime import faults as fault_points
+from agentruns.runtime.control import AgentUsageError, Finish, Suspend
+from agentruns.runtime.effects import content_hash
+from agentruns.runtime.outcomes import Ending
+from agentruns.runtime.responses import ModelResponse, ModelToolCall
+from agentruns.runtime.results import load_result
+from agentruns.runtime.retry import RetryPolicy
+from agentruns.runtime.store import NOW, Event, Json, NowPlus, Sql
+from agentruns.runtime.tools import NON_RETRYABLE, validation_message
+
+if TYPE_CHECKING:
+    from agentruns.runtime.claim import Claim
+
+MODEL_RETRY = RetryPolicy(max_attempts=5, initial_delay=1.0, max_delay=30.0, deadline=300.0)
+
+
+def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> ModelResponse:
+    spec = claim.snapshot.get("model", {})
+    all_tools = claim.snapshot.get("tools", {})
+    # Sorted: the snapshot's key order is not kept by every database (jsonb).
+    tool_names = sorted(all_tools) if tools is None else list(tools)
+    unknown = [n for n in tool_names if n not in all_tools]
+    if unknown:
+        raise AgentUsageError(f"ctx.model: tools not declared by the agent: {unknown}")
+    step_input = {
+        "provider": spec.get("provider"),
+        "model": spec.get("model"),
+        "prompt_version": spec.get("prompt_version"),
+        "tool_schema_version": claim.snapshot.get("tool_schema_version"),
+        "messages": messages,
+        "tools": tool_names,
+        "temperature": temperature,
+    }
+    input_hash = content_hash(step_input)
+    seq, step_id, recorded = claim.position(StepKind.MODEL, "chat", input_hash)
+    if recorded is not None and recorded.status == StepStatus.SUCCEEDED:
+        # The accepted output is reused; the model is never asked twice.
+        return ModelResponse.from_recorded(load_result(recorded), step_id)
+    if recorded is not None and recorded.status == StepStatus.FAILED:
+        raise Finish(Ending.FAILED, f"model call failed: {recorded.last_error}")
+    claim.boundary(forward=recorded is None, model=recorded is None)
+    if recorded is None:
+        claim.reach(fault_points.BEFORE_STEP_RECORDED, "chat")
+    try:
+        provider = claim.engine.providers(spec, claim.agent)
+    except ModelConfigurationError as exc:
+        raise Finish(Ending.FAILED, f"model configuration: {exc}") from exc
+    request = ModelRequest(
+        model=spec.get("model", ""),
+        messages=messages,
+        tools=[all_tools[n]["schema"] for n in tool_names],
+        temperature=temperature,
+    )
+    timeout = float(spec.get("timeout", 20.0))
+    error: ModelError | None = None
+    reply: ModelReply | None = None
+    called_at = claim.engine.monotonic()
+    try:
+        with claim.heartbeat(timeout):
+            reply = provider.complete(request, timeout=timeout)
+    except ModelError as exc:
+        error = exc
+    except Exception as exc:  # an adapter bug: nothing usable came back
+        error = ModelUnavailable(f"{type(exc).__name__}: {exc}")
+    claim.reach(fault_points.AFTER_CALL_RETURNED, "chat")
+    attempt = _Attempt(claim, seq, step_id, step_input, input_hash, recorded, called_at)
+    evidence = {
+        "model_provider": spec.get("provider", ""),
+        "model_id": spec.get("model", ""),
+        "prompt_version": str(spec.get("prompt_version", "")),
+        "tool_schema_version": claim.snapshot.get("tool_schema_version", ""),
+    }
+    if error is not None:
+        _failed(attempt, error, evidence)
+    assert reply is not None
+    return _succeeded(attempt, reply, tool_names, evidence, spec)
+
+
+class _Attempt:
+    """One call of one model step, as its write needs it."""
+
+    def __init__(self, claim, seq, step_id, step_input, input_hash, recorded, called_at):
+        self.claim = claim
+        self.seq = seq
+        self.step_id = step_id
+        self.step_input = step_input
+        self.input_hash = input_hash
+        self.recorded: Step | None = recorded
+        self.called_at = called_at
+
+    def write(self, values: dict[str, Any], *, started_at: Any = NOW):
+        return self.claim.step_write(
+            self.recorded,
+            values,
+            seq=self.seq,
+            step_id=self.step_id,
+            kind=StepKind.MODEL,
+            name="chat",
+            input=self.step_input,
+            input_hash=self.input_hash,
+            started_at=started_at,
+        )
+
+
+def _succeeded(
+    attempt: _Attempt, reply: ModelReply, tool_names: list[str], evidence: dict, spec: dict
+) -> ModelResponse:
+    claim, step_id, recorded = attempt.claim, attempt.step_id, attempt.recorded
+    response, validation = validate_reply(claim, reply, tool_names, step_id)
+    pricing = spec.get("pricing_per_million", ["0", "0"])
+    cost = int(
+        Decimal(reply.input_tokens) * Decimal(pricing[0])
+        + Decimal(reply.output_tokens) * Decimal(pricing[1])
+    )
+    result = {
+        "content": response.content,
+        "finish_reason": response.finish_reason,
+        "tool_calls": [call.__dict__ for call in response.tool_calls],
+        "model": reply.model,
+    }
+    evidence = {
+        **evidence,
+        "model_id": reply.model or evidence["model_id"],
+        "input_tokens": reply.input_tokens,
+        "output_tokens": reply.output_tokens,
+        "cost_micros": cost,
+        "validation": Json(validation),
+    }
+    tokens = reply.input_tokens + reply.output_tokens
+    run_set = claim.progress(
+        step_id,
+        new_step=recorded is None,
+        model_calls_used=Sql("model_calls_used + 1"),
+        tokens_used=Sql(f"tokens_used + {int(tokens)}"),
+        cost_micros=Sql(f"cost_micros + {int(cost)}"),
+    )
+    values = {
+        "status": StepStatus.SUCCEEDED,
+        "completed_at": NOW,
+        **claim.result_columns(result),
+        **evidence,
+    }
+    # Recorded after the call: its start is now less the call's length.
+    step = attempt.write(values, started_at=claim.called_at(attempt.called_at))
+    claim.decide(run_set, step=step, event=Event("step_succeeded", step_id))
+    claim.counters["model_calls"] += 1
+    claim.counters["tokens"] += tokens
+    claim.counters["cost_micros"] += cost
+    if recorded is None:
+        claim.counters["steps"] += 1
+    claim.reach(fault_points.AFTER_RESULT_RECORDED, "chat")
+    return response
+
+
+def validate_reply(claim: Claim, reply: ModelReply, tool_names: list[str], step_id: str):
+    """The reply's tool calls checked against the tools offered and their argument models.
+
+    An invalid call is not an error: it comes back ``valid=False`` with the
+    reason, for the agent to feed back to the model.
+    """
+    calls = []
+    validation = []
+    for raw in reply.tool_calls:
+        arguments = None
+        error = None
+        tool = claim.agent.tool(raw.name) if raw.name in tool_names else None
+        if tool is None:
+            error = f"unknown tool {raw.name!r}; available: {', '.join(tool_names) or 'none'}"
+        else:
+            try:
+                parsed = json.loads(raw.arguments or "{}")
+                if not isinstance(parsed, dict):
+                    raise ValueError("arguments must be a JSON object")
+                arguments = tool.args_model.model_validate(parsed).model_dump(mode="json")
+            except json.JSONDecodeError as exc:
+                error = f"arguments are not valid JSON: {exc.msg} at position {exc.pos}"
+            except ValidationError as exc:
+                error = validation_message(exc)
+            except ValueError as exc:
+                error = f"invalid arguments: {exc}"
+        calls.append(
+            ModelToolCall(
+                id=raw.id,
+                name=raw.name,
+                raw_arguments=raw.arguments,
+                arguments=arguments,
+                valid=error is None,
+                error=error,
+            )
+        )
+        validation.append({"id": raw.id, "name": raw.name, "valid": error is None, "error": error})
+    response = ModelResponse(reply.content, calls, reply.finish_reason, step_id)
+    return response, validation
+
+
+def _failed(attempt: _Attempt, error: ModelError, evidence: dict) -> NoReturn:
+    """Record a failed call; retry it later, or fail the run when no retry can help."""
+    claim, step_id, recorded = attempt.claim, attempt.step_id, attempt.recorded
+    attempts = (recorded.attempts if recorded else 0) + 1
+    retry_after = getattr(error, "retry_after", None)
+    message = f"{type(error).__name__}: {error}"
+    values = {
+        "last_error_class": error.error_class,
+        "last_error": message,
+        "provider_retry_after": retry_after,
+        **evidence,
+    }
+    give_up = not error.retryable or error.error_class in NON_RETRYABLE
+    if not give_up:
+        give_up = attempts >= MODEL_RETRY.max_attempts or claim.past_deadline(recorded)
+    if give_up:
+        values.update({"status": StepStatus.FAILED, "completed_at": NOW})
+        claim.decide(
+            claim.progress(step_id, new_step=recorded is None),
+            step=attempt.write(values),
+            event=Event.for_attempt(step_id, values),
+        )
+        raise Finish(Ending.FAILED, f"model call failed after {attempts} attempt(s): {message}")
+    delay = MODEL_RETRY.delay(attempts, retry_after=retry_after)
+    values.update({"status": StepStatus.PLANNED})
+    if recorded is None:
+        values["retry_deadline"] = NowPlus(MODEL_RETRY.deadline)
+    claim.decide(
+        claim.waiting(
+            RunStatus.WAITING_FOR_RETRY, delay, new_step=recorded is None, step_id=step_id
+        ),
+        step=attempt.write(values),
+        event=Event.for_attempt(step_id, values),
+    )
+    raise Suspend(RunStatus.WAITING_FOR_RETRY, message)
