@@ -20,8 +20,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from accounts.context_processors import attention
+from accounts.navigation import attention_for
 from agentruns.models import Run, RunEvent
+from agentruns.selectors import run_detail_context, run_list_context, run_matches
 
 POLL_SECONDS = 0.5
 # Sequence values are handed out before commit: an event with a lower id can
@@ -126,8 +127,6 @@ class RunsConsumer(AsyncWebsocketConsumer):
             return self._attention()
         if self.run_id is not None:
             return self._detail_fragments()
-        from agentruns.views import list_context, run_matches
-
         created = {run_id for _, run_id, kind in fresh if kind == "created"}
         changed = list(Run.objects.filter(pk__in={run_id for _, run_id, _ in fresh}))
         if any(run.id in created and run_matches(run, self.params) for run in changed):
@@ -143,15 +142,13 @@ class RunsConsumer(AsyncWebsocketConsumer):
             else:
                 # It left this tab's state (or never matched): not on this page.
                 parts.append(f'<tr id="run-{run.id}" hx-swap-oob="delete"></tr>')
-        context = list_context(self.operator.tenant, self.params)
+        context = run_list_context(self.operator.tenant, self.params)
         parts.append(render_to_string("agentruns/run_list.html#tabs", {**context, "oob": True}))
         parts.append(self._attention())
         return "".join(parts)
 
     def _list_fragments(self) -> str:
-        from agentruns.views import list_context
-
-        context = {**list_context(self.operator.tenant, self.params), "oob": True}
+        context = {**run_list_context(self.operator.tenant, self.params), "oob": True}
         return (
             render_to_string("agentruns/run_list.html#run_table", context)
             + render_to_string("agentruns/run_list.html#tabs", context)
@@ -159,10 +156,8 @@ class RunsConsumer(AsyncWebsocketConsumer):
         )
 
     def _detail_fragments(self) -> str:
-        from agentruns.views import detail_context
-
         run = Run.objects.select_related("tenant").get(pk=self.run_id)
-        context = {**detail_context(run, self.operator.user), "oob": True}
+        context = {**run_detail_context(run, self.operator.user), "oob": True}
         return (
             render_to_string("agentruns/run_detail.html#summary", context)
             + render_to_string("agentruns/run_detail.html#timeline", context)
@@ -171,7 +166,5 @@ class RunsConsumer(AsyncWebsocketConsumer):
         )
 
     def _attention(self) -> str:
-        class _Request:
-            user = self.operator.user
-
-        return render_to_string("accounts/_attention.html", {**attention(_Request()), "oob": True})
+        context = {"attention": attention_for(self.operator.tenant), "oob": True}
+        return render_to_string("accounts/_attention.html", context)

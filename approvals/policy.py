@@ -49,4 +49,4 @@ def approver_problem(user, tenant: Tenant, amount: int | None, currency: str = "
     return None
 
 
-__all__ = ["DECIDE_PERMISSION", "approver_problem", "authority_for", "format_amount"]
+__all__ = ["DECIDE_PERMISSION", "approver_problem", "authority_for"]

@@ -39,3 +39,11 @@ SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
 def install() -> None:
     services.install_engine_parts(approvals=DatabaseApprovalGate, desk=DatabaseDesk)
     sweeper.install_duties(SWEEPER_DUTIES)
+    # The navigation's attention counts: accounts is the lowest app, so each app
+    # above it offers its counter here rather than accounts reaching up for it.
+    from accounts import navigation
+    from agentruns.selectors import run_attention_counts
+    from approvals.selectors import pending_approval_count
+    from reconciliation.selectors import open_case_count
+
+    navigation.install_attention((run_attention_counts, pending_approval_count, open_case_count))

@@ -1,0 +1,191 @@
+"""Reads of runs that the pages and the live websocket share: the list, the detail, the counts."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from accounts.models import AuditEntry, Tenant
+from accounts.services import for_tenant
+from agentruns.models import TERMINAL_STATUSES, Run, RunStatus, Step, StepStatus
+from agentruns.money import format_amount
+from agentruns.services import get_registry
+
+PAGE_SIZE = 50
+# Tab counts stop at this many: "1000+" says as much as an exact 213,419 and costs
+# a bounded index range per state instead of a scan of the tenant's whole history.
+COUNT_CAP = 1000
+WORKING = [s for s in RunStatus if s not in TERMINAL_STATUSES]
+TERMINAL = [s for s in RunStatus if s in TERMINAL_STATUSES]
+SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+# The run states the navigation counts (templates/accounts/_attention.html).
+ATTENTION_STATES = (
+    RunStatus.WAITING_FOR_APPROVAL.value,
+    RunStatus.EFFECT_UNKNOWN.value,
+    RunStatus.BLOCKED.value,
+)
+
+
+def _cursor(value: str | None) -> tuple[datetime, uuid.UUID] | None:
+    if not value:
+        return None
+    created, _, run_id = value.partition("|")
+    try:
+        return datetime.fromisoformat(created), uuid.UUID(run_id)
+    except ValueError:
+        return None
+
+
+def _param(params, name: str) -> str:
+    value = params.get(name, "")
+    return ((value[0] if isinstance(value, list) else value) or "").strip()
+
+
+def _filtered(tenant: Tenant, params) -> tuple[QuerySet[Run], str]:
+    """The tenant's runs under the page's filters, before the state tab; and the tab."""
+    agent, since, query = _param(params, "agent"), _param(params, "since"), _param(params, "q")
+    runs = for_tenant(Run.objects.all(), tenant)
+    if agent:
+        runs = runs.filter(agent_name=agent)
+    if since in SINCE:
+        runs = runs.filter(created_at__gte=timezone.now() - SINCE[since])
+    if query:
+        # No join to steps: the effect key's runs are looked up first (a unique
+        # index), so the search stays one indexed OR over runs (run_tenant_order_id,
+        # run_unique_request_id_per_tenant, the primary key).
+        by_effect = list(
+            Step.objects.filter(effect_key=query).values_list("run_id", flat=True)[:100]
+        )
+        match = Q(request_id=query) | Q(input__order_id=query) | Q(pk__in=by_effect)
+        with contextlib.suppress(ValueError):  # not every query is a run id
+            match |= Q(pk=uuid.UUID(query))
+        runs = runs.filter(match)
+    state = _param(params, "state")
+    return runs, state if state in RunStatus.values else ""
+
+
+def capped_count(runs: QuerySet[Run]) -> int:
+    """How many ``runs`` there are, counting no further than ``COUNT_CAP + 1``.
+
+    One ``SELECT count(*) FROM (... LIMIT cap+1)`` walking the run_tenant_status
+    index range, so a state with 200,000 runs costs what one with 1,001 does.
+    """
+    return runs.order_by()[: COUNT_CAP + 1].count()
+
+
+def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
+    """Everything the run list shows for ``params`` (a QueryDict or a dict of lists)."""
+    runs, state = _filtered(tenant, params)
+    counts = {s.value: capped_count(runs.filter(status=s.value)) for s in RunStatus}
+    total = capped_count(runs)
+    if state:
+        runs = runs.filter(status=state)
+    # Keyset pagination: the page after (created_at, id), never OFFSET. The extra
+    # created_at bound turns the OR into an index range (run_tenant_recent).
+    after = _cursor(_param(params, "after"))
+    if after is not None:
+        runs = runs.filter(created_at__lte=after[0]).filter(
+            Q(created_at__lt=after[0]) | Q(created_at=after[0], id__lt=after[1])
+        )
+    page = list(runs.order_by("-created_at", "-id")[: PAGE_SIZE + 1])
+    next_cursor = None
+    if len(page) > PAGE_SIZE:
+        page = page[:PAGE_SIZE]
+        last = page[-1]
+        next_cursor = f"{last.created_at.isoformat()}|{last.id}"
+    return {
+        "runs": page,
+        "state": state,
+        "agent": _param(params, "agent"),
+        "since": _param(params, "since"),
+        "q": _param(params, "q"),
+        "tabs": [(s, s.label, counts[s.value]) for s in WORKING + TERMINAL],
+        "total": total,
+        "count_cap": COUNT_CAP,
+        # The deployment's agents, not a scan of every run for its agent name.
+        "agents": get_registry().names(),
+        "next_cursor": next_cursor,
+    }
+
+
+def run_matches(run: Run, params) -> bool:
+    """Whether a run belongs on a list page opened with ``params`` (for live rows)."""
+    runs, state = _filtered(run.tenant, params)
+    if state:
+        runs = runs.filter(status=state)
+    return runs.filter(pk=run.id).exists()
+
+
+class StepRow(NamedTuple):
+    """One step of the timeline, with what it waits for: the approval a planned step
+    waits on, the open case an unknown step waits on (None when it waits for neither)."""
+
+    step: Step
+    awaiting_approval: Any
+    open_case: Any
+
+
+def _step_rows(run: Run, approvals: list, cases: list) -> list[StepRow]:
+    # At most one of each per step: one pending approval per (run, step_id)
+    # (approval_one_live_per_step) and one case per step (a one-to-one).
+    pending = {approval.step_id: approval for approval in approvals if approval.is_pending}
+    open_cases = {case.step_id: case for case in cases if case.is_open}
+    rows = []
+    for step in run.steps.order_by("seq"):
+        approval = pending.get(step.step_id) if step.status == StepStatus.PLANNED else None
+        case = open_cases.get(step.pk) if step.status == StepStatus.UNKNOWN else None
+        rows.append(StepRow(step, approval, case))
+    return rows
+
+
+def _audit_of(run: Run) -> list[AuditEntry]:
+    """What people did to the run, its approvals and its cases (audit_object index)."""
+    approvals = [str(pk) for pk in run.approvals.values_list("pk", flat=True)]
+    cases = [str(pk) for pk in run.cases.values_list("pk", flat=True)]
+    concerns = Q(object_type="run", object_id=str(run.id))
+    if approvals:
+        concerns |= Q(object_type="approval", object_id__in=approvals)
+    if cases:
+        concerns |= Q(object_type="case", object_id__in=cases)
+    return list(for_tenant(AuditEntry.objects.all(), run.tenant).filter(concerns)[:100])
+
+
+def run_detail_context(run: Run, user) -> dict[str, Any]:
+    """Everything the run page shows ``user``. (The run is already the viewer's
+    tenant's; so are its approvals and cases.)
+
+    ``approvals`` are (approval, amount as a person reads it), newest first;
+    ``steps`` are ``StepRow``s in the run's order.
+    """
+    approvals = list(run.approvals.order_by("-id"))
+    cases = list(run.cases.order_by("id"))
+    return {
+        "run": run,
+        "approvals": [(a, format_amount(a.amount, a.currency)) for a in approvals],
+        "cases": cases,
+        "steps": _step_rows(run, approvals, cases),
+        "events": list(run.events.order_by("-id")[:200]),
+        "audit": _audit_of(run),
+        "can_cancel": user.has_perm("accounts.cancel_runs")
+        and not run.is_terminal
+        and run.status != RunStatus.EFFECT_UNKNOWN,
+        "can_retry": user.has_perm("accounts.retry_runs")
+        and run.status in (RunStatus.WAITING_FOR_RETRY, RunStatus.SLEEPING),
+    }
+
+
+def run_attention_counts(tenant: Tenant) -> dict[str, int]:
+    """The tenant's runs in each of ``ATTENTION_STATES``, for the navigation."""
+    counts = dict(
+        for_tenant(Run.objects.all(), tenant)
+        .filter(status__in=ATTENTION_STATES)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {state: counts.get(state, 0) for state in ATTENTION_STATES}

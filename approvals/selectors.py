@@ -1,0 +1,186 @@
+"""Reads of approvals for the pages: the inbox, one approval's page, the navigation's count."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from accounts.models import AuditEntry, Tenant
+from accounts.services import for_tenant
+from agentruns.money import format_amount
+from agentruns.runtime import canonical_json
+from agentruns.services import get_registry
+from approvals.models import Approval, ApprovalStatus
+from approvals.policy import approver_problem, authority_for
+from approvals.services import ResourceNow
+
+PAGE_SIZE = 100
+PENDING = "pending"
+DECIDED = "decided"
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """What the person looking may do, worked out once per request."""
+
+    user: Any
+    tenant: Tenant
+    actor: str
+    # Why they can decide no approval at all (account, tenant, role), or None.
+    problem: str | None
+    has_authority: bool
+    limit: int | None
+    may_rerequest: bool
+
+    @classmethod
+    def of(cls, user, tenant: Tenant, *, actor: str) -> Viewer:
+        has_authority, limit = authority_for(user, tenant)
+        return cls(
+            user=user,
+            tenant=tenant,
+            actor=actor,
+            problem=approver_problem(user, tenant, None),
+            has_authority=has_authority,
+            limit=limit,
+            may_rerequest=user.has_perm("accounts.retry_runs"),
+        )
+
+    @property
+    def limit_text(self) -> str:
+        return format_amount(self.limit)
+
+    def why_not(self, approval: Approval) -> str:
+        """Why this viewer gets no decision buttons on ``approval``; "" when they may decide."""
+        if approval.requested_by == self.actor:
+            return "You asked for this action; another approver must decide it."
+        if self.problem:
+            return f"You cannot decide approvals: {self.problem}."
+        if approval.amount is None or (
+            self.has_authority and (self.limit is None or approval.amount <= self.limit)
+        ):
+            return ""
+        # Refused: in the policy's own words (the same the decision would give).
+        problem = approver_problem(self.user, self.tenant, approval.amount, approval.currency)
+        return f"You cannot decide this one: {problem}." if problem else ""
+
+
+@dataclass
+class Reading:
+    """The resource's state read from its provider now, against the state when asked."""
+
+    rows: list[tuple[str, str]]
+    changes: list[str]
+    error: str
+
+    @classmethod
+    def of(cls, approval: Approval, now: ResourceNow) -> Reading:
+        return cls(_rows(now.state or {}), now.changes_from(approval), now.error)
+
+
+@dataclass
+class Card:
+    """One approval as the inbox shows it to one viewer."""
+
+    approval: Approval
+    why_not: str = ""
+    can_rerequest: bool = False
+    expired: bool = False
+    error: str = ""
+    flash: str = ""
+    note: str = ""
+    reading: Reading | None = None
+    args: list[tuple[str, str]] = field(default_factory=list)
+    state_then: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def amount(self) -> str:
+        return format_amount(self.approval.amount, self.approval.currency)
+
+    @property
+    def canonical_args(self) -> str:
+        # The text args_hash is taken over.
+        return canonical_json(self.approval.args)
+
+
+def _rows(values: Any) -> list[tuple[str, str]]:
+    """Key/value rows for a table; nested values shown as JSON. Escaped by the template."""
+    if not isinstance(values, dict):
+        return [("value", json.dumps(values, ensure_ascii=False))]
+    return [
+        (str(key), value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        for key, value in values.items()
+    ]
+
+
+def approval_card(viewer: Viewer, approval: Approval, **extra: Any) -> Card:
+    pending = approval.status == ApprovalStatus.PENDING
+    return Card(
+        approval=approval,
+        why_not=viewer.why_not(approval) if pending else "",
+        can_rerequest=viewer.may_rerequest
+        and approval.status == ApprovalStatus.EXPIRED
+        and approval.rerequested_at is None,
+        expired=pending and approval.expires_at <= timezone.now(),
+        args=_rows(approval.args),
+        state_then=_rows(approval.resource_state),
+        **extra,
+    )
+
+
+def inbox_context(viewer: Viewer, params) -> dict[str, Any]:
+    """The inbox ``viewer`` sees under ``params`` (show, tool, agent), in their tenant."""
+    show = DECIDED if params.get("show") == DECIDED else PENDING
+    tool = params.get("tool", "").strip()
+    agent = params.get("agent", "").strip()
+    approvals = for_tenant(Approval.objects.select_related("run"), viewer.tenant)
+    if tool:
+        approvals = approvals.filter(tool=tool)
+    if agent:
+        approvals = approvals.filter(run__agent_name=agent)
+    pending_count = approvals.pending().count()
+    if show == PENDING:
+        # Oldest first: whoever has waited longest is on top.
+        page = list(approvals.pending().order_by("created_at", "id")[: PAGE_SIZE + 1])
+    else:
+        page = list(approvals.decided().order_by("-created_at", "-id")[: PAGE_SIZE + 1])
+    return {
+        "show": show,
+        "tool": tool,
+        "agent": agent,
+        "tools": list(
+            for_tenant(Approval.objects.all(), viewer.tenant)
+            .order_by("tool")
+            .values_list("tool", flat=True)
+            .distinct()
+        ),
+        "agents": get_registry().names(),
+        "viewer": viewer,
+        "pending_count": pending_count,
+        "cards": [approval_card(viewer, approval) for approval in page[:PAGE_SIZE]],
+        "more": len(page) > PAGE_SIZE,
+        "page_size": PAGE_SIZE,
+    }
+
+
+def approval_detail_context(viewer: Viewer, card: Card) -> dict[str, Any]:
+    """One approval's page: its card, what replaced it, what people did to it."""
+    approval = card.approval
+    return {
+        "card": card,
+        "viewer": viewer,
+        "replaced_by": list(for_tenant(approval.replaced_by.all(), viewer.tenant)),
+        "audit": list(
+            for_tenant(AuditEntry.objects.all(), viewer.tenant).filter(
+                object_type="approval", object_id=str(approval.pk)
+            )[:50]
+        ),
+    }
+
+
+def pending_approval_count(tenant: Tenant) -> dict[str, int]:
+    # What the approvals inbox lists (approval_inbox index), not the runs waiting:
+    # an expired approval leaves its run waiting with nothing to decide.
+    return {"pending_approvals": for_tenant(Approval.objects.pending(), tenant).count()}
