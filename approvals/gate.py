@@ -15,13 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
-from django.contrib.contenttypes.models import ContentType
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.contrib.auth.models import Permission
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.lookups import IsNull
 
-from accounts.models import Operator
-from agentruns.dbclock import POSTGRES_NOW, SQLITE_NOW, DbNow
+from agentruns.dbclock import DbNow, now_sql
 from agentruns.runtime import ApprovalRequest, ApprovalState, Guard
 from approvals.models import LIVE_STATUSES, Approval, ApprovalAuthority, ApprovalStatus
 from approvals.policy import approver_problem
@@ -29,19 +28,33 @@ from approvals.policy import approver_problem
 PERMISSION = ("accounts", "decide_approvals")
 
 
-def _tables() -> dict[str, str]:
+def _approver_still_authorised() -> Exists:
+    """The approval's approver may still decide it: the rules of
+    ``approvals.policy.approver_problem``, for the approval row it is used on."""
     User = get_user_model()
-    return {
-        "approval": Approval._meta.db_table,
-        "user": User._meta.db_table,
-        "operator": Operator._meta.db_table,
-        "user_perms": User.user_permissions.through._meta.db_table,
-        "user_groups": User.groups.through._meta.db_table,
-        "group_perms": Group.permissions.through._meta.db_table,
-        "authority": ApprovalAuthority._meta.db_table,
-        "permission": Permission._meta.db_table,
-        "content_type": ContentType._meta.db_table,
-    }
+    app_label, codename = PERMISSION
+    # The permission by its name, not a cached id: ids differ between databases.
+    permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+    # A role's authority in the approval's tenant covers its amount (no limit when empty).
+    authority = ApprovalAuthority.objects.filter(
+        Q(max_amount__isnull=True) | Q(max_amount__gte=OuterRef(OuterRef("amount"))),
+        group__user=OuterRef("pk"),
+        tenant_id=OuterRef(OuterRef("tenant_id")),
+    )
+    return Exists(
+        User.objects.filter(
+            pk=OuterRef("decided_by_id"),
+            is_active=True,
+            operator__tenant_id=OuterRef("tenant_id"),
+        )
+        .filter(
+            Q(is_superuser=True)
+            | Exists(permission.filter(user=OuterRef("pk")))
+            | Exists(permission.filter(group__user=OuterRef("pk")))
+        )
+        # An action that moves no money needs no authority.
+        .filter(IsNull(OuterRef("amount"), True) | Q(is_superuser=True) | Exists(authority))
+    )
 
 
 def _state(approval: Approval) -> ApprovalState:
@@ -115,50 +128,38 @@ class DatabaseApprovalGate:
         resource_fingerprint: str,
         effect_key: str,
     ) -> Guard:
-        t = _tables()
-        now = POSTGRES_NOW if vendor == "postgresql" else SQLITE_NOW
-        a = t["approval"]
-        # The permission by its name, not a cached id: ids differ between databases.
-        permission = (
-            f"(SELECT p.id FROM {t['permission']} p JOIN {t['content_type']} ct "
-            "ON ct.id = p.content_type_id WHERE ct.app_label = %s AND p.codename = %s)"
-        )
-        sql = (
-            f"UPDATE {a} SET status = %s, consumed_at = {now}, consumed_by_effect_key = %s "
-            f"WHERE id = %s AND tenant_id = %s AND args_hash = %s "
-            f"AND resource_fingerprint = %s AND expires_at > {now} "
+        approval = (
+            Approval.objects.filter(
+                pk=approval_id,
+                tenant_id=tenant_id,
+                args_hash=args_hash,
+                resource_fingerprint=resource_fingerprint,
+                expires_at__gt=DbNow(),
+            )
             # Approved, or consumed by this same effect (a resend after its
             # absence was proven, DESIGN §8).
-            f"AND (status = %s OR (status = %s AND consumed_by_effect_key = %s)) "
-            f"AND EXISTS (SELECT 1 FROM {t['user']} u "
-            f"JOIN {t['operator']} o ON o.user_id = u.id "
-            f"WHERE u.id = {a}.decided_by_id AND u.is_active AND o.tenant_id = {a}.tenant_id "
-            f"AND (u.is_superuser "
-            f"OR EXISTS (SELECT 1 FROM {t['user_perms']} up "
-            f"WHERE up.user_id = u.id AND up.permission_id = {permission}) "
-            f"OR EXISTS (SELECT 1 FROM {t['user_groups']} ug "
-            f"JOIN {t['group_perms']} gp ON gp.group_id = ug.group_id "
-            f"WHERE ug.user_id = u.id AND gp.permission_id = {permission})) "
-            f"AND ({a}.amount IS NULL OR u.is_superuser "
-            f"OR EXISTS (SELECT 1 FROM {t['user_groups']} ag "
-            f"JOIN {t['authority']} au ON au.group_id = ag.group_id "
-            f"WHERE ag.user_id = u.id AND au.tenant_id = {a}.tenant_id "
-            f"AND (au.max_amount IS NULL OR au.max_amount >= {a}.amount)))) "
-            "RETURNING id"
+            .filter(
+                Q(status=ApprovalStatus.APPROVED.value)
+                | Q(status=ApprovalStatus.CONSUMED.value, consumed_by_effect_key=effect_key)
+            )
+            .filter(_approver_still_authorised())
         )
-        params: list[Any] = [
-            ApprovalStatus.CONSUMED.value,
-            effect_key,
-            approval_id,
-            tenant_id,
-            args_hash,
-            resource_fingerprint,
-            ApprovalStatus.APPROVED.value,
-            ApprovalStatus.CONSUMED.value,
-            effect_key,
-            *PERMISSION,
-            *PERMISSION,
-        ]
+        # The conditions come from the ORM; the statement stays raw because the
+        # store runs it on the raw connection inside its own transaction. Only the
+        # WHERE is compiled, not ``id IN (SELECT id ...)``: its columns then name
+        # the updated row itself, so on PostgreSQL a row a concurrent commit
+        # changed (invalidated, say) is re-checked in its new version, not matched
+        # through the old version a subquery saw.
+        connection = connections[DEFAULT_DB_ALIAS]
+        query = approval.query
+        where, where_params = query.get_compiler(connection=connection).compile(query.where)
+        now = now_sql(vendor)
+        sql = (
+            f"UPDATE {connection.ops.quote_name(Approval._meta.db_table)} "
+            f"SET status = %s, consumed_at = {now}, consumed_by_effect_key = %s "
+            f"WHERE {where} RETURNING id"
+        )
+        params: list[Any] = [ApprovalStatus.CONSUMED.value, effect_key, *where_params]
         return Guard(sql, params)
 
     def explain(
