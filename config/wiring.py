@@ -15,10 +15,14 @@ process, each worker, the sweeper, every command and the tests alike.
 
 from __future__ import annotations
 
+from accounts import navigation
 from agentruns import services, sweeper
+from agentruns.selectors import run_attention_counts
 from approvals.gate import DatabaseApprovalGate
+from approvals.selectors import pending_approval_count
 from approvals.services import approvals_expire_duty, approvals_resume_duty
 from reconciliation.desk import DatabaseDesk
+from reconciliation.selectors import open_case_count
 from reconciliation.services import cases_sweep_duty
 
 # What one sweeper pass does, in order. The run duties first: they only knock on
@@ -35,15 +39,12 @@ SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
     sweeper.Duty("report runs nobody is responsible for", sweeper.report_orphans),
 )
 
+# What needs a person, for the navigation every page shows: accounts is the lowest
+# app, so each app above it offers its count rather than accounts reaching up.
+ATTENTION_COUNTERS = (run_attention_counts, pending_approval_count, open_case_count)
+
 
 def install() -> None:
     services.install_engine_parts(approvals=DatabaseApprovalGate, desk=DatabaseDesk)
     sweeper.install_duties(SWEEPER_DUTIES)
-    # The navigation's attention counts: accounts is the lowest app, so each app
-    # above it offers its counter here rather than accounts reaching up for it.
-    from accounts import navigation
-    from agentruns.selectors import run_attention_counts
-    from approvals.selectors import pending_approval_count
-    from reconciliation.selectors import open_case_count
-
-    navigation.install_attention((run_attention_counts, pending_approval_count, open_case_count))
+    navigation.install_attention(ATTENTION_COUNTERS)

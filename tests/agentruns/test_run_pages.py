@@ -44,9 +44,9 @@ def test_the_list_shows_the_tenants_runs_by_state(viewer, harness, provider):
 
 
 def test_counts_stop_at_the_cap_and_say_so(viewer, harness, monkeypatch):
-    from agentruns import views
+    from agentruns import selectors
 
-    monkeypatch.setattr(views, "COUNT_CAP", 2)
+    monkeypatch.setattr(selectors, "COUNT_CAP", 2)
     for _ in range(3):
         harness.start("flow")
     page = viewer.get("/runs/").content.decode()
@@ -76,7 +76,7 @@ def test_search_finds_runs_by_request_id_order_id_and_effect_key(viewer, harness
 
 
 def test_the_list_pages_by_keyset(viewer, harness, monkeypatch):
-    monkeypatch.setattr("agentruns.views.PAGE_SIZE", 2)
+    monkeypatch.setattr("agentruns.selectors.PAGE_SIZE", 2)
     runs = [harness.start("flow", {"order_id": f"o-{i}"}) for i in range(5)]
     first = viewer.get("/runs/")
     cursor = first.context["next_cursor"]
