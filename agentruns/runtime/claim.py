@@ -35,7 +35,8 @@ from agentruns.runtime.control import (
 )
 from agentruns.runtime.outcomes import Ending
 from agentruns.runtime.results import describe, json_safe, result_columns
-from agentruns.runtime.store import (
+from agentruns.runtime.tools import CallInfo
+from agentruns.runtime.writes import (
     NOW,
     Committed,
     Event,
@@ -46,7 +47,6 @@ from agentruns.runtime.store import (
     StepInsert,
     StepUpdate,
 )
-from agentruns.runtime.tools import CallInfo
 
 if TYPE_CHECKING:
     from agentruns.runtime.approval import Guard

@@ -18,9 +18,9 @@ from agentruns.runtime.control import Blocked, Finish, LeaseLost, Suspend
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.outcomes import EffectFact, Ending, NotSettled, derive_terminal_state
 from agentruns.runtime.results import json_safe, load_result
-from agentruns.runtime.store import NOW, Event, Json, StepUpdate
 from agentruns.runtime.tool_steps import perform
 from agentruns.runtime.tools import Tool
+from agentruns.runtime.writes import NOW, Event, Json, StepUpdate
 
 if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim

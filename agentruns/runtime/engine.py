@@ -36,7 +36,8 @@ from agentruns.runtime.endings import finish_cancelled
 from agentruns.runtime.faults import FaultPoints
 from agentruns.runtime.registry import Agent, Registry
 from agentruns.runtime.settling import Resolution, settle
-from agentruns.runtime.store import Committed, Store
+from agentruns.runtime.store import Store
+from agentruns.runtime.writes import Committed
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from agentruns.runtime.control import Suspend
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.results import json_safe, known
 from agentruns.runtime.sending import ApprovalRefused, send
-from agentruns.runtime.store import NOW, Event, StepInsert, StepUpdate
 from agentruns.runtime.tools import Tool
+from agentruns.runtime.writes import NOW, Event, StepInsert, StepUpdate
 
 if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim

@@ -25,8 +25,8 @@ from agentruns.runtime.outcomes import Ending
 from agentruns.runtime.responses import ModelResponse, ModelToolCall
 from agentruns.runtime.results import load_result
 from agentruns.runtime.retry import RetryPolicy
-from agentruns.runtime.store import NOW, Event, Json, NowPlus, Sql
 from agentruns.runtime.tools import NON_RETRYABLE, validation_message
+from agentruns.runtime.writes import NOW, Event, Json, NowPlus, Sql
 
 if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim

@@ -26,8 +26,8 @@ from agentruns.runtime.sending import (
     succeeded_values,
     wait_for_retry,
 )
-from agentruns.runtime.store import NOW, Event, Json, NowPlus, Sql, StepUpdate
 from agentruns.runtime.tools import LookupResult, Recovery, Tool, ToolResult
+from agentruns.runtime.writes import NOW, Event, Json, NowPlus, Sql, StepUpdate
 
 if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim

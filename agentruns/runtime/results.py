@@ -15,8 +15,8 @@ from django.core.files.storage import default_storage
 
 from agentruns.models import Blob, Step, StepStatus
 from agentruns.runtime.effects import canonical_json, content_hash
-from agentruns.runtime.store import NOW, Json, NowPlus, Sql
 from agentruns.runtime.tools import ToolResult
+from agentruns.runtime.writes import NOW, Json, NowPlus, Sql
 
 
 def result_columns(value: Any, *, inline_limit: int) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from agentruns.runtime import faults as fault_points
 from agentruns.runtime.control import LeaseLost, Suspend
 from agentruns.runtime.outcomes import Verdict, classify
 from agentruns.runtime.results import json_safe, known, new_step_view, provider_reference
-from agentruns.runtime.store import (
+from agentruns.runtime.tools import Recovery, Tool
+from agentruns.runtime.writes import (
     NOW,
     Committed,
     Event,
@@ -27,7 +28,6 @@ from agentruns.runtime.store import (
     StepInsert,
     StepUpdate,
 )
-from agentruns.runtime.tools import Recovery, Tool
 
 if TYPE_CHECKING:
     from agentruns.runtime.approval import Guard

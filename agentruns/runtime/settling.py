@@ -16,7 +16,7 @@ from agentruns.runtime.control import Finish, LeaseLost
 from agentruns.runtime.endings import finish_cancelled, write_end
 from agentruns.runtime.outcomes import Ending
 from agentruns.runtime.results import json_safe
-from agentruns.runtime.store import NOW, Event, Json, NowPlus, Sql
+from agentruns.runtime.writes import NOW, Event, Json, NowPlus, Sql
 
 if TYPE_CHECKING:
     from agentruns.runtime.approval import Guard

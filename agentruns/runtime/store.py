@@ -17,7 +17,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,78 +30,17 @@ from psycopg.types.json import Jsonb
 from agentruns.dbclock import now_plus_sql, now_sql
 from agentruns.models import RunStatus, StepStatus
 from agentruns.runtime.approval import Guard
-
-
-class _Now:
-    def __repr__(self) -> str:
-        return "NOW"
-
-
-NOW = _Now()
-
-
-@dataclass(frozen=True)
-class NowPlus:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Sql:
-    """A literal SQL expression over the row's own columns, e.g. ``attempts + 1``."""
-
-    expression: str
-
-
-@dataclass(frozen=True)
-class Json:
-    value: Any
-
-
-@dataclass(frozen=True)
-class Fence:
-    """Who may decide for a run: the version it claimed, the owner, an unexpired lease."""
-
-    run_id: uuid.UUID
-    version: int
-    owner: str
-
-
-@dataclass
-class StepInsert:
-    values: dict[str, Any]
-
-
-@dataclass
-class StepUpdate:
-    pk: int
-    values: dict[str, Any]
-    # Only update when the step is in one of these statuses (a fact never
-    # overwrites a settled step).
-    only_if_status: tuple[str, ...] = ()
-
-
-@dataclass
-class Event:
-    type: str
-    step_id: str = ""
-    payload: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def for_attempt(cls, step_id: str, values: dict[str, Any]) -> Event:
-        """The event of a step attempt written with ``values``: its status and error."""
-        return cls(
-            "step_" + str(values["status"]), step_id, {"error": values.get("last_error", "")}
-        )
-
-
-@dataclass(frozen=True)
-class Committed:
-    fenced: bool  # the run's compare-and-set matched
-    state_version: int | None
-    cancel_requested: bool
-    step_pk: int | None  # the inserted or updated step's id, if any row was written
-    # A guard was given and matched no row: nothing was written.
-    guard_failed: bool = False
+from agentruns.runtime.writes import (
+    NOW,
+    Committed,
+    Event,
+    Fence,
+    Json,
+    NowPlus,
+    Sql,
+    StepInsert,
+    StepUpdate,
+)
 
 
 class _GuardedRollback(Exception):

@@ -18,8 +18,8 @@ from agentruns.runtime.effects import content_hash
 from agentruns.runtime.outcomes import Verdict, classify
 from agentruns.runtime.recovery import perform_effect
 from agentruns.runtime.results import json_safe, recorded_result
-from agentruns.runtime.store import NOW, Event, Json, NowPlus
 from agentruns.runtime.tools import NON_RETRYABLE, Tool, ToolResult, validation_message
+from agentruns.runtime.writes import NOW, Event, Json, NowPlus
 
 if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim

@@ -14,7 +14,7 @@ from agentruns.models import RunStatus, StepKind, StepStatus
 from agentruns.runtime import faults as fault_points
 from agentruns.runtime.control import Suspend
 from agentruns.runtime.effects import content_hash
-from agentruns.runtime.store import NOW, Event, StepUpdate
+from agentruns.runtime.writes import NOW, Event, StepUpdate
 
 if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim
