@@ -60,7 +60,6 @@ TIMED_STATUSES = frozenset({RunStatus.SLEEPING, RunStatus.WAITING_FOR_RETRY})
 class StepKind(models.TextChoices):
     MODEL = "model"
     TOOL = "tool"
-    APPROVAL = "approval"
     WAIT = "wait"
     COMPENSATION = "compensation"
     CLOCK = "clock"
@@ -73,7 +72,6 @@ class StepStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # definitely no effect
     UNKNOWN = "unknown"  # may have taken effect; must be settled
-    SUPERSEDED = "superseded"
 
 
 class QuerySetRun(models.QuerySet):
