@@ -10,6 +10,8 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from accounts.services import user_actor_name
+
 PERMISSION_NAMES = {
     "view_runs": "see runs",
     "start_runs": "start runs",
@@ -58,4 +60,4 @@ def operator_required(permission: str) -> Callable:
 
 
 def user_actor(request: HttpRequest) -> str:
-    return f"user:{request.user.get_username()}"
+    return user_actor_name(request.user)

@@ -36,6 +36,11 @@ def audit_record(
     )
 
 
+def user_actor_name(user) -> str:
+    """How a person appears as the actor of what they did (audit rows, runs, cases)."""
+    return f"user:{user.get_username()}"
+
+
 def token_actor(token: ApiToken) -> str:
     return f"token:{token.name} ({token.prefix}…)"
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 
+from agentruns.consumers import tenant_group
+from agentruns.models import Run
 from agentruns.services import build_engine
 
 log = logging.getLogger("holdfast.tasks")
@@ -26,12 +30,6 @@ def _poke_pages(run_id: str) -> None:
     """
     if not settings.REDIS_URL:
         return
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-
-    from agentruns.consumers import tenant_group
-    from agentruns.models import Run
-
     tenant_id = Run.objects.filter(pk=run_id).values_list("tenant_id", flat=True).first()
     if tenant_id is None:
         return

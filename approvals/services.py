@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import OuterRef, Q, Subquery
 
-from accounts.services import audit_record
+from accounts.services import audit_record, user_actor_name
 from agentruns.dbclock import DbNow
 from agentruns.models import Run, RunStatus
 from agentruns.runtime import CallInfo
@@ -36,10 +36,6 @@ class DecisionConflict(Exception):
     def __init__(self, message: str, approval: Approval):
         super().__init__(message)
         self.approval = approval
-
-
-def _actor(user) -> str:
-    return f"user:{user.get_username()}"
 
 
 def _snapshot(approval: Approval) -> dict[str, Any]:
@@ -72,7 +68,7 @@ def approval_decide(
     note = note.strip()
     if decision == REJECT and not note:
         raise DecisionRefused("say why the action is rejected: the agent is told the reason")
-    actor = _actor(user)
+    actor = user_actor_name(user)
     if seen_args_hash != approval.args_hash:
         raise DecisionConflict(
             "the arguments you saw are not the ones this approval is bound to; "
@@ -125,7 +121,7 @@ def _why_not_pending(approval: Approval) -> str:
 
 def approval_rerequest(*, approval: Approval, user, request=None) -> Approval:
     """Ask again for an expired approval: the run reads the resource afresh and asks."""
-    actor = _actor(user)
+    actor = user_actor_name(user)
     with transaction.atomic():
         won = Approval.objects.filter(
             pk=approval.pk,
@@ -206,17 +202,15 @@ class ResourceNow:
 def approval_resource_now(approval: Approval) -> ResourceNow:
     """Read the approval's resource from its provider now, for the operator deciding."""
     run = approval.run
-    agent = get_registry().get(run.agent_name, run.agent_version)
-    tool = agent.tool(approval.tool) if agent is not None else None
+    tool = get_registry().tool_of(run, approval.tool)
     if tool is None or tool.approval is None:
         return ResourceNow(None, "this deployment cannot read the resource of this tool")
-    info = CallInfo(
-        run_id=str(run.id),
+    info = CallInfo.for_run(
+        run,
         step_id=approval.step_id,
         effect_key=approval.effect_key,
         attempt=0,
         timeout=RESOURCE_READ_TIMEOUT,
-        config=(run.agent_snapshot or {}).get("config", {}),
     )
     try:
         return ResourceNow(tool.approval.resource_state(approval.args, info))

@@ -10,6 +10,8 @@ class HoldfastConfig(AppConfig):
     verbose_name = "Holdfast"
 
     def ready(self) -> None:
+        # Imported here, not at the top: the wiring imports the apps' models, which
+        # Django loads only after every AppConfig is created.
         from config import wiring
 
         wiring.install()

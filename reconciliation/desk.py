@@ -61,15 +61,14 @@ def case_open(run_id: str, step_pk: int, reason: str) -> ReconciliationCase | No
             )
         return existing
     run = Run.objects.get(pk=run_id)
-    agent = get_registry().get(run.agent_name, run.agent_version)
-    tool = agent.tool(step.name) if agent is not None else None
+    tool = get_registry().tool_of(run, step.name)
     approval_id = None
     amount, currency = None, ""
     if tool is not None and tool.approval is not None:
-        from approvals.models import Approval
-
+        # The approval its send consumed: the run's own (reverse relation; effect
+        # keys are per run), read without reaching into the approvals app.
         approval_id = (
-            Approval.objects.filter(consumed_by_effect_key=step.effect_key)
+            run.approvals.filter(consumed_by_effect_key=step.effect_key)
             .order_by("-id")
             .values_list("pk", flat=True)
             .first()

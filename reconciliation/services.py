@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 
-from accounts.services import audit_record
+from accounts.services import audit_record, user_actor_name
 from agentruns.dbclock import DbNow, now_sql
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime import CallInfo, Guard, LookupResult
@@ -52,10 +52,6 @@ class CaseConflict(Exception):
         self.case = case
 
 
-def _actor(user) -> str:
-    return f"user:{user.get_username()}"
-
-
 def newest_lookup(case: ReconciliationCase) -> ProviderLookup | None:
     """The newest observation that still counts: made since the case last opened."""
     return case.lookups.filter(id__gt=case.evidence_after).order_by("-id").first()
@@ -89,20 +85,18 @@ def case_lookup_now(
             "in its own records instead"
         )
     run = case.run
-    agent = get_registry().get(run.agent_name, run.agent_version)
-    tool = agent.tool(case.tool) if agent is not None else None
+    tool = get_registry().tool_of(run, case.tool)
     if tool is None or tool.find is None:
         raise CaseRefused(
             f"agent {run.agent_name} version {run.agent_version} is not deployed here; "
             "its lookup cannot run"
         )
-    info = CallInfo(
-        run_id=str(run.id),
+    info = CallInfo.for_run(
+        run,
         step_id=case.step_id_label,
         effect_key=case.effect_key,
         attempt=0,
         timeout=LOOKUP_TIMEOUT,
-        config=(run.agent_snapshot or {}).get("config", {}),
     )
     try:
         found: LookupResult = tool.find(case.request or {}, info)
@@ -196,7 +190,7 @@ def case_record_lookup(
     lookup = _append(
         case,
         method=ProviderLookup.Method.OPERATOR,
-        actor=_actor(user),
+        actor=user_actor_name(user),
         outcome=outcome,
         conclusive=True,
         provider_reference=provider_reference[:200],
@@ -204,7 +198,7 @@ def case_record_lookup(
         observed_currency=(observed_currency or case.currency or "").lower()[:3],
         note=note[:5000],
     )
-    _audit_lookup(case, _actor(user), lookup, request)
+    _audit_lookup(case, user_actor_name(user), lookup, request)
     return lookup
 
 
@@ -242,8 +236,7 @@ def case_choices(case: ReconciliationCase) -> list[Choice]:
     newest = newest_lookup(case)
     seen = newest.outcome if newest is not None else None
     ref = newest.provider_reference if newest is not None else ""
-    agent = get_registry().get(case.run.agent_name, case.run.agent_version)
-    tool = agent.tool(case.tool) if agent is not None else None
+    tool = get_registry().tool_of(case.run, case.tool)
     has_undo = tool is not None and tool.undo is not None
     needs_found = "record a lookup that found it first"
     choices = [
@@ -360,7 +353,7 @@ def case_resolve(
 
     ``seen_version`` and ``seen_lookup_id`` are what the operator was looking at.
     """
-    by = actor or _actor(user)
+    by = actor or user_actor_name(user)
     note = (note or "").strip()
     if resolution not in (r.value for r in Resolution if r != Resolution.SETTLED_BY_PROVIDER):
         raise CaseRefused("choose one of the resolutions offered")

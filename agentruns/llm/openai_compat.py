@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import openai
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from agentruns.llm.base import (
     MalformedModelResponse,
@@ -71,9 +73,6 @@ class OpenAICompatibleProvider:
 
     @classmethod
     def from_settings(cls) -> OpenAICompatibleProvider:
-        from django.conf import settings
-        from django.core.exceptions import ImproperlyConfigured
-
         base_url = getattr(settings, "OPENAI_BASE_URL", "")
         api_key = getattr(settings, "OPENAI_API_KEY", "")
         if not base_url:

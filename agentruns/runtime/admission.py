@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 from agentruns.dbclock import DbNow
 from agentruns.models import Run
 from agentruns.runtime.effects import canonical_json, content_hash
-from agentruns.runtime.registry import Registry
+from agentruns.runtime.registry import Registry, UnknownAgent
 
 
 class AdmissionError(Exception):
@@ -63,8 +64,6 @@ def start_run(
     anything different it raises ``RequestConflict``. The run is enqueued after
     the insert commits.
     """
-    from agentruns.runtime.registry import UnknownAgent
-
     try:
         agent = registry.latest(agent_name)
     except UnknownAgent as exc:
@@ -170,6 +169,4 @@ def _same_request(existing: Run, input_hash: str) -> Run:
 
 
 def _round_trip(value: dict[str, Any]) -> dict[str, Any]:
-    import json
-
     return json.loads(canonical_json(value))
