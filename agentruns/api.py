@@ -19,6 +19,7 @@ from agentruns.runtime import (
     DuplicateActiveRun,
     InvalidRunInput,
     RequestConflict,
+    validation_errors,
 )
 from agentruns.services import run_start
 
@@ -97,9 +98,8 @@ def start_run(request: HttpRequest) -> JsonResponse:
         body = StartRunBody.model_validate(payload)
     except ValidationError as exc:
         errors: dict[str, list[str]] = {}
-        for problem in exc.errors():
-            field = ".".join(str(p) for p in problem["loc"]) or "body"
-            errors.setdefault(field, []).append(problem["msg"])
+        for problem in validation_errors(exc, root="body"):
+            errors.setdefault(problem["field"], []).append(problem["message"])
         return _error(400, "the request has invalid fields", errors=errors)
     try:
         run, created = run_start(

@@ -42,6 +42,8 @@ from agentruns.runtime.tools import (
     idempotent,
     lookup,
     tool,
+    validation_errors,
+    validation_message,
 )
 
 __all__ = [
@@ -92,4 +94,6 @@ __all__ = [
     "start_run",
     "tool",
     "tool_message",
+    "validation_errors",
+    "validation_message",
 ]

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from agentruns.dbclock import DbNow
 from agentruns.models import Run
 from agentruns.runtime.effects import canonical_json, content_hash
-from agentruns.runtime.registry import Registry, UnknownAgent
+from agentruns.runtime.registry import Agent, Registry, UnknownAgent
+from agentruns.runtime.tools import validation_errors, validation_message
 
 
 class AdmissionError(Exception):
@@ -68,21 +69,7 @@ def start_run(
         agent = registry.latest(agent_name)
     except UnknownAgent as exc:
         raise AdmissionError(str(exc)) from None
-    if not isinstance(input, dict):
-        raise InvalidRunInput("input must be a JSON object")
-    if agent.input_model is not None:
-        try:
-            input = agent.input_model.model_validate(input).model_dump(mode="json")
-        except ValidationError as exc:
-            errors = [
-                {"field": ".".join(str(p) for p in e["loc"]) or "(root)", "message": e["msg"]}
-                for e in exc.errors()
-            ]
-            raise InvalidRunInput(
-                "invalid input: " + "; ".join(f"{e['field']}: {e['message']}" for e in errors),
-                errors,
-            ) from None
-    input = _round_trip(input)
+    input = _validated_input(agent, input)
     input_hash = content_hash({"agent": agent.name, "input": input})
     request_id = request_id or uuid.uuid4().hex
     if len(request_id) > 200:
@@ -92,6 +79,49 @@ def start_run(
     if existing is not None:
         return _same_request(existing, input_hash), False
 
+    run = Run(
+        tenant=tenant,
+        requested_by=requested_by,
+        agent_name=agent.name,
+        agent_version=agent.version,
+        agent_snapshot=_pinned_snapshot(agent, input, config_overrides),
+        input=input,
+        input_hash=input_hash,
+        request_id=request_id,
+        dedupe_key=dedupe_key or None,
+        # Stamped with the database clock: the sweeper compares it with that clock.
+        enqueued_at=DbNow() if enqueue is not None else None,
+    )
+    try:
+        _insert(run, enqueue)
+    except IntegrityError:
+        existing = Run.objects.filter(tenant=tenant, request_id=request_id).first()
+        if existing is not None:
+            return _same_request(existing, input_hash), False
+        if dedupe_key:
+            _refuse_duplicate(tenant, agent.name, dedupe_key)
+        raise
+    return run, True
+
+
+def _validated_input(agent: Agent, input: Any) -> dict[str, Any]:
+    """The input as the agent's input model reads it, exactly as it will be recorded."""
+    if not isinstance(input, dict):
+        raise InvalidRunInput("input must be a JSON object")
+    if agent.input_model is not None:
+        try:
+            input = agent.input_model.model_validate(input).model_dump(mode="json")
+        except ValidationError as exc:
+            raise InvalidRunInput(
+                validation_message(exc, what="input"), validation_errors(exc)
+            ) from None
+    return json.loads(canonical_json(input))
+
+
+def _pinned_snapshot(
+    agent: Agent, input: dict[str, Any], config_overrides: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The agent's configuration as this run will see it for its whole life."""
     snapshot = agent.snapshot()
     if config_overrides:
         snapshot["config"] = _merged(snapshot["config"], config_overrides)
@@ -106,46 +136,32 @@ def start_run(
                 [{"field": "scenario", "message": f"unknown scenario {scenario!r}"}],
             )
         snapshot["model"]["scenario"] = scenario
-    run = Run(
-        tenant=tenant,
-        requested_by=requested_by,
-        agent_name=agent.name,
-        agent_version=agent.version,
-        agent_snapshot=snapshot,
-        input=input,
-        input_hash=input_hash,
-        request_id=request_id,
-        dedupe_key=dedupe_key or None,
-        # Stamped with the database clock: the sweeper compares it with that clock.
-        enqueued_at=DbNow() if enqueue is not None else None,
+    return snapshot
+
+
+def _insert(run: Run, enqueue: Callable[[uuid.UUID], None] | None) -> None:
+    with transaction.atomic():
+        run.save(force_insert=True)
+        run.refresh_from_db(fields=["enqueued_at"])
+        run.events.create(type="created", state_version=0, payload={"by": run.requested_by})
+        if enqueue is not None:
+            # robust: the run exists once committed; a failed wake-up is the
+            # sweeper's to repair, never the caller's error.
+            transaction.on_commit(lambda: enqueue(run.id), robust=True)
+
+
+def _refuse_duplicate(tenant, agent_name: str, dedupe_key: str) -> None:
+    """Raise ``DuplicateActiveRun`` if an active run holds the dedupe key."""
+    holder = (
+        Run.objects.active()
+        .filter(tenant=tenant, agent_name=agent_name, dedupe_key=dedupe_key)
+        .first()
     )
-    try:
-        with transaction.atomic():
-            run.save(force_insert=True)
-            run.refresh_from_db(fields=["enqueued_at"])
-            run.events.create(type="created", state_version=0, payload={"by": requested_by})
-            if enqueue is not None:
-                # robust: the run exists once committed; a failed wake-up is the
-                # sweeper's to repair, never the caller's error.
-                transaction.on_commit(lambda: enqueue(run.id), robust=True)
-    except IntegrityError:
-        existing = Run.objects.filter(tenant=tenant, request_id=request_id).first()
-        if existing is not None:
-            return _same_request(existing, input_hash), False
-        if dedupe_key:
-            holder = (
-                Run.objects.active()
-                .filter(tenant=tenant, agent_name=agent.name, dedupe_key=dedupe_key)
-                .first()
-            )
-            if holder is not None:
-                raise DuplicateActiveRun(
-                    f"run {holder.id} of {agent.name} is still active with dedupe key "
-                    f"{dedupe_key!r}",
-                    holder,
-                ) from None
-        raise
-    return run, True
+    if holder is not None:
+        raise DuplicateActiveRun(
+            f"run {holder.id} of {agent_name} is still active with dedupe key {dedupe_key!r}",
+            holder,
+        ) from None
 
 
 def _merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -166,7 +182,3 @@ def _same_request(existing: Run, input_hash: str) -> Run:
             existing,
         )
     return existing
-
-
-def _round_trip(value: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(canonical_json(value))

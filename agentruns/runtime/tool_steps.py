@@ -98,21 +98,9 @@ def _read_only(claim: Claim, seq, step_id, kind, tool: Tool, canonical, input_ha
         )
 
     if verdict.verdict is Verdict.SUCCEEDED:
-        value = json_safe(value)
-        values = {"status": StepStatus.SUCCEEDED, "completed_at": NOW}
-        # Recorded after the call: its start is now less the call's length.
-        step = write(
-            {**values, **claim.result_columns(value)}, started_at=claim.called_at(called_at)
+        return _read_only_succeeded(
+            claim, tool, step_id, recorded, json_safe(value), write, called_at
         )
-        claim.decide(
-            claim.progress(step_id, new_step=recorded is None),
-            step=step,
-            event=Event("step_succeeded", step_id),
-        )
-        if recorded is None:
-            claim.counters["steps"] += 1
-        claim.reach(fault_points.AFTER_RESULT_RECORDED, tool.name)
-        return ToolResult("succeeded", value, step_id=step_id)
     # Nothing a read-only tool does can have taken effect: any error is retried
     # unless it is a definite refusal or a class no retry cures.
     policy = tool.retry
@@ -151,3 +139,17 @@ def _read_only(claim: Claim, seq, step_id, kind, tool: Tool, canonical, input_ha
         event=Event.for_attempt(step_id, values),
     )
     raise Suspend(RunStatus.WAITING_FOR_RETRY, verdict.message)
+
+
+def _read_only_succeeded(claim: Claim, tool: Tool, step_id, recorded, value, write, called_at):
+    # Recorded after the call: its start is now less the call's length.
+    values = {"status": StepStatus.SUCCEEDED, "completed_at": NOW, **claim.result_columns(value)}
+    claim.decide(
+        claim.progress(step_id, new_step=recorded is None),
+        step=write(values, started_at=claim.called_at(called_at)),
+        event=Event("step_succeeded", step_id),
+    )
+    if recorded is None:
+        claim.counters["steps"] += 1
+    claim.reach(fault_points.AFTER_RESULT_RECORDED, tool.name)
+    return ToolResult("succeeded", value, step_id=step_id)

@@ -146,11 +146,19 @@ class CallInfo:
         )
 
 
-def validation_message(exc: ValidationError) -> str:
-    """Why arguments were refused, in one line a model (or a person) can act on."""
-    return "invalid arguments: " + "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
-    )
+def validation_errors(exc: ValidationError, *, root: str = "(root)") -> list[dict[str, str]]:
+    """Each problem pydantic found: the field it concerns (dotted; ``root`` for the
+    whole value) and the message."""
+    return [
+        {"field": ".".join(str(p) for p in e["loc"]) or root, "message": e["msg"]}
+        for e in exc.errors()
+    ]
+
+
+def validation_message(exc: ValidationError, *, what: str = "arguments") -> str:
+    """Why a value was refused, in one line a model (or a person) can act on."""
+    problems = validation_errors(exc)
+    return f"invalid {what}: " + "; ".join(f"{e['field']}: {e['message']}" for e in problems)
 
 
 @dataclass(frozen=True)
