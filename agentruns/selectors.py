@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db.models import Count, Q, QuerySet
+from django.http import QueryDict
 from django.utils import timezone
 
 from accounts.models import AuditEntry, Tenant
@@ -23,6 +24,8 @@ COUNT_CAP = 1000
 WORKING = [s for s in RunStatus if s not in TERMINAL_STATUSES]
 TERMINAL = [s for s in RunStatus if s in TERMINAL_STATUSES]
 SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+# The list's filters besides the state tab, in the order its links carry them.
+FILTERS = ("agent", "since", "q")
 # The run states the navigation counts (templates/accounts/_attention.html).
 ATTENTION_STATES = (
     RunStatus.WAITING_FOR_APPROVAL.value,
@@ -98,12 +101,19 @@ def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
         page = page[:PAGE_SIZE]
         last = page[-1]
         next_cursor = f"{last.created_at.isoformat()}|{last.id}"
+    filters = QueryDict(mutable=True)
+    for name, value in (("state", state), *((n, _param(params, n)) for n in FILTERS)):
+        if value:
+            filters[name] = value
     return {
         "runs": page,
         "state": state,
         "agent": _param(params, "agent"),
         "since": _param(params, "since"),
         "q": _param(params, "q"),
+        # The page's own filters, for links that keep them ({% querystring filters %}):
+        # fragments pushed over the socket are rendered without a request.
+        "filters": filters,
         "tabs": [(s, s.label, counts[s.value]) for s in WORKING + TERMINAL],
         "total": total,
         "count_cap": COUNT_CAP,
