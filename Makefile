@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Where settings look for the SQLite files, STATIC_ROOT and the generated secret key.
+VAR_DIR := $(or $(HOLDFAST_VAR_DIR),var)
 
 .PHONY: setup run migrate test test-crash lint format bench clean
 
@@ -12,7 +14,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The embedded default's secret key, generated once so sessions and signed tasks
+# survive restarts (DJANGO_SECRET_KEY or DJANGO_SECRET_KEY_FILE wins when set).
+# Written aside and moved into place, so an interrupted make leaves no half key behind.
+$(VAR_DIR)/secret_key:
+	mkdir -p $(VAR_DIR)
+	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@.draft
+	mv $@.draft $@
+
+# Settings only read var/: the directories and the key are made here.
+setup: $(STAMP) $(VAR_DIR)/secret_key
+	mkdir -p $(VAR_DIR)/static
 
 migrate: setup
 	$(BIN)/python manage.py migrate --noinput

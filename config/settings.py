@@ -4,37 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from config.env import env_bool, env_float, env_int, env_list, env_str, postgres_from_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The SQLite files, STATIC_ROOT and the generated secret key live here. Importing
+# settings writes nothing: `make setup` creates the directory and the key (a test
+# run, its own: tests/environment.py).
 VAR_DIR = Path(env_str("HOLDFAST_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG and env_bool("HOLDFAST_REQUIRE_SECRET_KEY", False):
-        from django.core.exceptions import ImproperlyConfigured
-
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set")
-    # The embedded default keeps a generated key in var/ so sessions survive restarts.
-    # Several processes start at once: the key is written aside and linked into
-    # place, so exactly one key wins and nobody reads a half-written file.
+    # The embedded default reads the key `make setup` generated into var/, so
+    # sessions and signed tasks survive restarts.
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
-        import os
-        import secrets
-        import tempfile
-
-        fd, draft = tempfile.mkstemp(dir=VAR_DIR, prefix=".secret_key.")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(50))
-        try:
-            os.link(draft, key_file)
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(draft)
+        raise ImproperlyConfigured(
+            "No secret key: set DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE), "
+            f"or run `make setup` to generate {key_file}"
+        )
     SECRET_KEY = key_file.read_text().strip()
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
@@ -163,8 +155,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Created by `make setup`: WhiteNoise warns when it is missing, even while it serves
+# from the finders.
 STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # The embedded default serves static files straight from the apps, with no
 # collectstatic step; a deployment runs collectstatic and sets this to false.
 WHITENOISE_USE_FINDERS = env_bool("HOLDFAST_STATIC_FROM_FINDERS", True)

@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
 import pytest
+import requests
 
 from accounts.models import Tenant
-from tests.sandbox_service import sandbox, sandbox_process  # noqa: F401  (fixtures)
+from tests.harness import ROOT, TTL_SECONDS, Sandbox
 
 
 @pytest.fixture
@@ -52,3 +60,82 @@ def _grant_group_permissions(group) -> None:
             content_type__app_label="accounts", codename__in=migration.GROUPS[group.name]
         )
     )
+
+
+# --- the sandbox: one process for the whole session; every test that asks for
+# ``sandbox`` starts from a wiped, seeded sandbox.
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _manage(*args: str, env: dict[str, str]) -> None:
+    subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True
+    )
+
+
+@pytest.fixture(scope="session")
+def sandbox_process(tmp_path_factory) -> Iterator[Sandbox]:
+    var_dir = tmp_path_factory.mktemp("sandbox")
+    env = {
+        **os.environ,
+        "HOLDFAST_VAR_DIR": str(var_dir),
+        "HOLDFAST_SQLITE_PATH": str(var_dir / "holdfast.sqlite3"),
+        "HOLDFAST_SANDBOX_SQLITE_PATH": str(var_dir / "sandbox.sqlite3"),
+        "SANDBOX_IDEMPOTENCY_TTL_SECONDS": str(TTL_SECONDS),
+    }
+    # The sandbox gets a fresh SQLite file; HOLDFAST_TEST_SANDBOX_DATABASE_URL runs it on a
+    # (disposable: reset wipes it) PostgreSQL database instead.
+    env.pop("SANDBOX_DATABASE_URL", None)
+    if os.environ.get("HOLDFAST_TEST_SANDBOX_DATABASE_URL"):
+        env["SANDBOX_DATABASE_URL"] = os.environ["HOLDFAST_TEST_SANDBOX_DATABASE_URL"]
+    _manage("migrate", "--database", "sandbox", "--noinput", env=env)
+    _manage("seedsandbox", env=env)
+    port, smtp_port = _free_port(), _free_port()
+    log = (var_dir / "sandbox.log").open("w")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "runsandbox",
+            "--port",
+            str(port),
+            "--smtp-port",
+            str(smtp_port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    sandbox = Sandbox(url=f"http://127.0.0.1:{port}", smtp_port=smtp_port)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if sandbox.get("/_sandbox/stats").status_code == 200:
+                break
+        except requests.ConnectionError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("the sandbox did not start:\n" + (var_dir / "sandbox.log").read_text())
+        time.sleep(0.1)
+    yield sandbox
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.close()
+
+
+@pytest.fixture
+def sandbox(sandbox_process: Sandbox) -> Sandbox:
+    answer = sandbox_process.post("/_sandbox/reset", json={"seed": True})
+    assert answer.status_code == 200, answer.text
+    return sandbox_process

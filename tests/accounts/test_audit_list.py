@@ -8,8 +8,12 @@ pytestmark = pytest.mark.django_db
 
 
 def _entry(tenant, **overrides):
-    values = {"actor": "user:ann", "action": "run.cancel", "object_type": "run",
-              "object_id": "0d6f3a52-7a3f-4a47-9ab9-2f0a7a0f6d11"}
+    values = {
+        "actor": "user:ann",
+        "action": "run.cancel",
+        "object_type": "run",
+        "object_id": "0d6f3a52-7a3f-4a47-9ab9-2f0a7a0f6d11",
+    }
     return audit_record(tenant=tenant, **{**values, **overrides})
 
 
@@ -41,7 +45,7 @@ def test_an_empty_audit_explains_itself(client, tenant, make_operator):
 
 def test_the_navigation_counts_what_needs_attention(client, tenant, make_operator):
     from agentruns.models import Run
-    from tests.agentruns.conftest import Harness
+    from tests.harness import Harness
 
     harness = Harness(tenant)
     run = harness.start("flow")

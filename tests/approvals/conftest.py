@@ -6,12 +6,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from approvals.models import Approval, ApprovalAuthority
-from tests.agentruns.conftest import Harness
-from tests.support.world import point_at_sandbox, refund_harness
-
-ORDER = "ord_1001"
-# Above the refund agent's auto-approval amount (5000), below the order's 8900.
-OVER_LIMIT = 6000
+from tests.harness import ORDER, OVER_LIMIT, Harness, point_at_sandbox, refund_harness
 
 
 @dataclass

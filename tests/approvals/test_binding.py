@@ -14,7 +14,7 @@ from approvals.models import Approval, ApprovalAuthority
 from approvals.services import approval_decide
 from support.agents import refund_support
 from support.tools import issue_refund, lookup_order
-from tests.approvals.conftest import ORDER, OVER_LIMIT
+from tests.harness import ORDER, OVER_LIMIT
 
 # A decision wakes the run through the task queue (its own database on SQLite).
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

@@ -17,11 +17,12 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.harness import SCREENSHOTS
+
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = ROOT / "var" / "screenshots"
 PROVIDER_SETTINGS = ("PAYMENTS_API_BASE", "SHOP_API_BASE")
 
 

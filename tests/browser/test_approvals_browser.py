@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 from accounts.models import AuditEntry
 from agentruns.services import run_start
 from approvals.models import ApprovalAuthority
-from tests.browser.conftest import SCREENSHOTS
+from tests.harness import SCREENSHOTS
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
 

@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from accounts.models import AuditEntry
 from agentruns.services import build_engine, run_start
-from tests.browser.conftest import SCREENSHOTS
+from tests.harness import SCREENSHOTS
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
 

@@ -10,9 +10,7 @@ from playwright.sync_api import expect
 
 from accounts.models import AuditEntry
 from reconciliation.models import ReconciliationCase
-from tests.browser.conftest import SCREENSHOTS
-from tests.reconciliation.conftest import ORDER, World
-from tests.support.world import refund_harness
+from tests.harness import ORDER, SCREENSHOTS, ReconciliationWorld, refund_harness
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
 
@@ -23,12 +21,12 @@ def live_server_url(sandbox_provider, live_server_url):
 
 
 @pytest.fixture
-def world(sandbox, tenant) -> World:
+def world(sandbox, tenant) -> ReconciliationWorld:
     """tests/reconciliation's world: the engine in-process, talking to the sandbox
     (sandbox_provider already points the settings at it)."""
     harness = refund_harness(tenant)
     order = sandbox.get(f"/shop/orders/{ORDER}").json()
-    return World(harness, sandbox, order, settings=None)
+    return ReconciliationWorld(harness, sandbox, order, settings=None)
 
 
 @pytest.fixture

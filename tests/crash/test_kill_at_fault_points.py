@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.crash.agents import CHARGE_ARGS, EMAIL_ARGS, INTRO_NOTE, RECEIPT_NOTE
-from tests.crash.conftest import TERMINAL, CrashWorld
+from tests.crash.harness import TERMINAL, CrashWorld
 
 pytestmark = pytest.mark.crash
 

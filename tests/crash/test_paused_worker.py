@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from tests.crash.agents import CHARGE_ARGS
-from tests.crash.conftest import CrashWorld, process_state
+from tests.crash.harness import CrashWorld, process_state
 
 pytestmark = pytest.mark.crash
 

@@ -22,14 +22,14 @@ from typing import Any
 
 import pytest
 
-from tests.crash.conftest import (
+from tests.crash.harness import (
     DEADLINE_SECONDS,
     NEEDS_A_PERSON,
     POLL_SECONDS,
     TERMINAL,
     CrashWorld,
 )
-from tests.sandbox_service import Sandbox
+from tests.harness import Sandbox
 
 pytestmark = pytest.mark.crash
 

@@ -23,7 +23,7 @@ from reconciliation.services import (
     newest_lookup,
 )
 from support import adapters
-from tests.reconciliation.conftest import resolve_as_seen
+from tests.harness import resolve_as_seen
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

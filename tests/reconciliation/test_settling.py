@@ -28,7 +28,7 @@ from reconciliation.services import (
     case_resolve,
     newest_lookup,
 )
-from tests.reconciliation.conftest import AMOUNT, resolve_as_seen
+from tests.harness import AMOUNT, resolve_as_seen
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

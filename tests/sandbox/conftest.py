@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import stripe
 
-from tests.sandbox_service import Sandbox
+from tests.harness import Sandbox
 
 
 @pytest.fixture

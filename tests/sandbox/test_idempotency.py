@@ -8,7 +8,7 @@ import time
 import pytest
 import stripe
 
-from tests.sandbox_service import TTL_SECONDS
+from tests.harness import TTL_SECONDS
 
 PI = "pi_3SbxOrd1005"  # 8950 EUR
 PARAMS = {"payment_intent": PI, "amount": 700, "metadata": {"order_id": "ord_1005"}}

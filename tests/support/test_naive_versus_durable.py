@@ -11,7 +11,7 @@ import requests
 
 from agentruns.runtime import Registry, faults
 from support.agents import refund_support
-from tests.agentruns.conftest import Harness
+from tests.harness import Harness
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

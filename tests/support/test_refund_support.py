@@ -7,7 +7,7 @@ import pytest
 from agentruns.models import Step
 from agentruns.runtime import faults
 from support.agents import refund_support
-from tests.support.world import point_at_sandbox, refund_harness
+from tests.harness import point_at_sandbox, refund_harness
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,0 +1,30 @@
+"""What a test run needs before Holdfast starts: a secret key and its var directory.
+
+Settings only read them (``make setup`` makes them for ``make run``), so a test run
+from a fresh clone, or with a fresh ``HOLDFAST_VAR_DIR``, makes its own. Loaded with
+``-p tests.environment`` (pyproject.toml): pytest-django reads the settings before any
+conftest is imported, so a conftest would be too late to give them a key.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests() -> None:
+    # One key for the whole run, inherited by every process a test starts (the
+    # sandbox, a live server's workers): django-q2 signs its task packages with it.
+    os.environ.setdefault("DJANGO_SECRET_KEY", f"tests-{secrets.token_urlsafe(32)}")
+
+
+def pytest_sessionstart() -> None:
+    from django.conf import settings
+
+    # The test databases are SQLite files in VAR_DIR; WhiteNoise warns when
+    # STATIC_ROOT is missing.
+    for directory in (settings.VAR_DIR, settings.STATIC_ROOT):
+        directory.mkdir(parents=True, exist_ok=True)
