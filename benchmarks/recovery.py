@@ -273,6 +273,7 @@ def prepare(args: argparse.Namespace) -> Setup:
     """Point this process (and every child) at a fresh database of its own, then migrate."""
     workdir = Path(tempfile.mkdtemp(prefix="holdfast-recovery-"))
     (workdir / "logs").mkdir()
+    (workdir / "var").mkdir()
     ignored = sorted(k for k in os.environ if k.startswith("HOLDFAST_") or k == "REDIS_URL")
     for name in ignored:
         os.environ.pop(name)
@@ -284,6 +285,8 @@ def prepare(args: argparse.Namespace) -> Setup:
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "HOLDFAST_AGENT_MODULES": AGENT_MODULE,
             "HOLDFAST_VAR_DIR": str(workdir / "var"),
+            # Settings read a key and write nothing; the var dir is this run's own.
+            "DJANGO_SECRET_KEY": "benchmark-only-not-secret",
             LEDGER_ENV: str(ledger),
             "PYTHONUNBUFFERED": "1",
         }

@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from agentruns.models import Run, Step
 from agentruns.runtime import faults
-from agentruns.runtime.store import NOW, Event, Json, StepUpdate, Store
+from agentruns.runtime.store import Store
+from agentruns.runtime.writes import NOW, Event, Json, StepUpdate
 from agentruns.sweeper import sweep
 from approvals.models import Approval, ApprovalAuthority
 from approvals.services import approval_decide

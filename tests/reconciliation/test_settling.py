@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from agentruns.models import Run, Step
 from agentruns.runtime import faults
-from agentruns.runtime.store import NOW, Event, Json, StepUpdate, Store
+from agentruns.runtime.store import Store
+from agentruns.runtime.writes import NOW, Event, Json, StepUpdate
 from agentruns.services import step_settle
 from agentruns.sweeper import sweep
 from approvals.models import Approval, ApprovalAuthority
