@@ -39,7 +39,11 @@ def finish(claim: Claim, ending: Finish) -> str:
             compensate(claim, reason=ending.reason)
         return write_end(claim, ending)
     except Finish as inner:
-        return write_end(claim, inner)
+        # Compensation always ends here (it raises Finish when its undos are done).
+        try:
+            return write_end(claim, inner)
+        except LeaseLost:
+            return "lease_lost"
     except Suspend as suspend:
         return claim.suspended(suspend)
     except LeaseLost:

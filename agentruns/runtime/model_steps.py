@@ -26,7 +26,7 @@ from agentruns.runtime.responses import ModelResponse, ModelToolCall
 from agentruns.runtime.results import load_result
 from agentruns.runtime.retry import RetryPolicy
 from agentruns.runtime.tools import NON_RETRYABLE, validation_message
-from agentruns.runtime.writes import NOW, Event, Json, NowPlus, Sql
+from agentruns.runtime.writes import NOW, Event, Increment, Json, NowPlus, Sql
 
 if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim
@@ -151,8 +151,8 @@ def _succeeded(
         step_id,
         new_step=recorded is None,
         model_calls_used=Sql("model_calls_used + 1"),
-        tokens_used=Sql(f"tokens_used + {int(tokens)}"),
-        cost_micros=Sql(f"cost_micros + {int(cost)}"),
+        tokens_used=Increment(tokens),
+        cost_micros=Increment(cost),
     )
     values = {
         "status": StepStatus.SUCCEEDED,

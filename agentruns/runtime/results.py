@@ -16,7 +16,7 @@ from django.core.files.storage import default_storage
 from agentruns.models import Blob, Step, StepStatus
 from agentruns.runtime.effects import canonical_json, content_hash
 from agentruns.runtime.tools import ToolResult
-from agentruns.runtime.writes import NOW, Json, NowPlus, Sql
+from agentruns.runtime.writes import NOW, Increment, Json, NowPlus, Sql
 
 
 def result_columns(value: Any, *, inline_limit: int) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def known(step: Step, values: dict[str, Any]) -> Step:
     for column, value in values.items():
         if isinstance(value, Json):
             value = value.value
-        elif value is NOW or isinstance(value, (NowPlus, Sql)):
+        elif value is NOW or isinstance(value, (NowPlus, Sql, Increment)):
             continue
         setattr(step, column, value)
     return step

@@ -35,6 +35,7 @@ from agentruns.runtime.writes import (
     Committed,
     Event,
     Fence,
+    Increment,
     Json,
     NowPlus,
     Sql,
@@ -98,10 +99,15 @@ class Store:
         return "%s"
 
     def _assignments(self, values: dict[str, Any], params: list[Any], json_columns=()) -> str:
-        return ", ".join(
-            f"{column} = {self._value(v, params, json_column=column in json_columns)}"
-            for column, v in values.items()
-        )
+        assignments = []
+        for column, value in values.items():
+            if isinstance(value, Increment):
+                params.append(int(value.by))
+                assignments.append(f"{column} = {column} + %s")
+            else:
+                rendered = self._value(value, params, json_column=column in json_columns)
+                assignments.append(f"{column} = {rendered}")
+        return ", ".join(assignments)
 
     def _fence_where(self, fence: Fence, params: list[Any]) -> str:
         run_id = self._value(fence.run_id, params)

@@ -33,6 +33,14 @@ class Sql:
 
 
 @dataclass(frozen=True)
+class Increment:
+    """Add ``by`` to the column, as a bound parameter: the statement's text stays the
+    same whatever the amount, so PostgreSQL prepares it once."""
+
+    by: int
+
+
+@dataclass(frozen=True)
 class Json:
     value: Any
 
