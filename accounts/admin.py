@@ -1,16 +1,26 @@
 from django.contrib import admin, messages
 
+from accounts.admin_audit import AuditedAdmin, RecordOfTruthAdmin
 from accounts.models import ApiToken, AuditEntry, Operator, Tenant
+from accounts.services import api_token_issue, api_token_revoke, user_actor_name
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(AuditedAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
 
+    def audit_tenants(self, request, obj):
+        return [obj]
+
+    # A tenant's audit log protects it, and a deleted tenant would leave no log to
+    # record its deletion in.
+    def has_delete_permission(self, request, obj=None):
+        return False
+
 
 @admin.register(Operator)
-class OperatorAdmin(admin.ModelAdmin):
+class OperatorAdmin(AuditedAdmin):
     list_display = ["user", "tenant", "time_zone"]
     list_filter = ["tenant"]
 
@@ -27,29 +37,52 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "revoked_at",
     ]
     list_filter = ["tenant"]
-    fields = ["tenant", "name", "scopes", "revoked_at"]
+    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
 
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["tenant", "name", "scopes"]
+        return ["tenant", "name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+
+    # Issued once, then fixed: no page changes a token's tenant or scopes, or takes
+    # back a revocation; the one change is the audited "Revoke selected tokens".
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    # Deleting would erase which token started which runs; revoke it instead.
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_revoke_permission(self, request):
+        return request.user.has_perm("accounts.change_apitoken")
+
+    @admin.action(description="Revoke selected tokens", permissions=["revoke"])
+    def revoke(self, request, queryset):
+        actor = user_actor_name(request.user)
+        revoked = sum(
+            api_token_revoke(token=token, actor=actor, request=request)
+            for token in queryset.select_related("tenant")
+        )
+        self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)
+
+    # Issuing writes its own audit entry (token.issue); a token has no related rows.
     def save_model(self, request, obj, form, change):
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        token, secret = ApiToken.issue(tenant=obj.tenant, name=obj.name, scopes=obj.scopes or None)
+        token, secret = api_token_issue(
+            tenant=obj.tenant,
+            name=obj.name,
+            scopes=obj.scopes or None,
+            actor=user_actor_name(request.user),
+            request=request,
+        )
         obj.pk = token.pk
         messages.warning(request, f"Copy the token now; it is not shown again: {secret}")
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(RecordOfTruthAdmin):
+    """Append-only: nobody edits or deletes the trail."""
+
     list_display = ["created_at", "tenant", "actor", "action", "object_type", "object_id"]
     list_filter = ["tenant", "action"]
     search_fields = ["actor", "object_id"]
-
-    # Append-only: nobody edits or deletes the trail.
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

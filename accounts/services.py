@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
+
 from accounts.models import ApiToken, AuditEntry, Tenant
 
 
@@ -61,3 +64,45 @@ def bearer_token(request) -> ApiToken | None:
     if scheme.lower() != "bearer" or not secret.strip():
         return None
     return ApiToken.authenticate(secret.strip())
+
+
+def api_token_revoke(*, token: ApiToken, actor: str, request=None) -> bool:
+    """Revoke the token if it is still active and audit it; False if it already was revoked.
+
+    A conditional UPDATE: two admins revoking at once write one revocation, one entry.
+    """
+    with transaction.atomic():
+        revoked_at = timezone.now()
+        won = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=revoked_at
+        )
+        if won:
+            audit_record(
+                tenant=token.tenant,
+                actor=actor,
+                action="token.revoke",
+                object_type="apitoken",
+                object_id=str(token.pk),
+                before={"revoked_at": None},
+                after={"revoked_at": revoked_at.isoformat()},
+                request=request,
+            )
+    return bool(won)
+
+
+def api_token_issue(
+    *, tenant: Tenant, name: str, scopes: list[str] | None, actor: str, request=None
+) -> tuple[ApiToken, str]:
+    """Issue a token and audit it; the secret is returned once and never stored."""
+    with transaction.atomic():
+        token, secret = ApiToken.issue(tenant=tenant, name=name, scopes=scopes)
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            action="token.issue",
+            object_type="apitoken",
+            object_id=str(token.pk),
+            after={"name": token.name, "prefix": token.prefix, "scopes": token.scopes},
+            request=request,
+        )
+    return token, secret

@@ -1,12 +1,14 @@
 from django.contrib import admin
 
+from accounts.admin_audit import RecordOfTruthAdmin, RecordOfTruthInline
 from agentruns.models import Blob, Run, RunEvent, Step
 
+# The engine owns these rows and replay trusts them (a deleted succeeded effect step
+# would be sent again): the admin is for reading them.
 
-class StepInline(admin.TabularInline):
+
+class StepInline(RecordOfTruthInline):
     model = Step
-    extra = 0
-    can_delete = False
     fields = [
         "step_id",
         "status",
@@ -21,7 +23,7 @@ class StepInline(admin.TabularInline):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(RecordOfTruthAdmin):
     list_display = [
         "id",
         "tenant",
@@ -36,42 +38,20 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ["id", "request_id", "dedupe_key"]
     inlines = [StepInline]
 
-    # The engine owns these rows: the admin is for reading them.
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_add_permission(self, request):
-        return False
-
 
 @admin.register(Step)
-class StepAdmin(admin.ModelAdmin):
+class StepAdmin(RecordOfTruthAdmin):
     list_display = ["step_id", "run", "kind", "status", "attempts", "effect_key"]
     list_filter = ["kind", "status"]
     search_fields = ["effect_key", "provider_reference", "run__id"]
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_add_permission(self, request):
-        return False
-
 
 @admin.register(RunEvent)
-class RunEventAdmin(admin.ModelAdmin):
+class RunEventAdmin(RecordOfTruthAdmin):
     list_display = ["id", "run", "type", "state_version", "step_id", "created_at"]
     list_filter = ["type"]
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_add_permission(self, request):
-        return False
-
 
 @admin.register(Blob)
-class BlobAdmin(admin.ModelAdmin):
+class BlobAdmin(RecordOfTruthAdmin):
     list_display = ["sha256", "size", "storage_name", "created_at"]
-
-    def has_change_permission(self, request, obj=None):
-        return False
