@@ -10,6 +10,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from accounts.models import ApiToken
 from accounts.services import user_actor_name
 
 PERMISSION_NAMES = {
@@ -61,3 +62,30 @@ def operator_required(permission: str) -> Callable:
 
 def user_actor(request: HttpRequest) -> str:
     return user_actor_name(request.user)
+
+
+def api_token_problem(token: ApiToken, permission: str) -> str | None:
+    """Why the token may not act with ``accounts.<permission>`` now, or None if it may.
+
+    A token acts as its owner: a token with no owner, an owner who is deactivated or
+    no longer an operator of the token's tenant, or one whose role lacks the
+    permission, is refused.
+    """
+    owner = token.owner
+    if owner is None:
+        return "this token has no owner; issue a new one with createapitoken --owner"
+    if not owner.is_active:
+        return f"this token's owner, {owner.get_username()}, is deactivated"
+    try:
+        operator = owner.operator
+    except ObjectDoesNotExist:
+        return f"this token's owner, {owner.get_username()}, is no operator of any tenant"
+    if operator.tenant_id != token.tenant_id:
+        return (
+            f"this token's owner, {owner.get_username()}, no longer works for the "
+            "token's tenant; issue a new one"
+        )
+    if not owner.has_perm(f"accounts.{permission}"):
+        action = PERMISSION_NAMES.get(permission, permission)
+        return f"this token's owner, {owner.get_username()}, may not {action}"
+    return None

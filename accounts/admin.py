@@ -29,6 +29,7 @@ class OperatorAdmin(AuditedAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = [
         "name",
+        "owner",
         "tenant",
         "prefix",
         "scopes",
@@ -37,13 +38,33 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "revoked_at",
     ]
     list_filter = ["tenant"]
+    list_select_related = ["tenant", "owner"]
     readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def get_fields(self, request, obj=None):
+        # Issued to an operator, in the operator's tenant: the tenant is not chosen.
         if obj is None:
-            return ["tenant", "name", "scopes"]
-        return ["tenant", "name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+            return ["owner", "name", "scopes"]
+        return [
+            "owner",
+            "tenant",
+            "name",
+            "prefix",
+            "scopes",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is None:
+            owner = form.base_fields["owner"]
+            owner.required = True
+            owner.queryset = owner.queryset.filter(is_active=True, operator__isnull=False)
+            owner.help_text = "The operator the token acts as: their tenant, their role."
+        return form
 
     # Issued once, then fixed: no page changes a token's tenant or scopes, or takes
     # back a revocation; the one change is the audited "Revoke selected tokens".
@@ -69,13 +90,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
     # Issuing writes its own audit entry (token.issue); a token has no related rows.
     def save_model(self, request, obj, form, change):
         token, secret = api_token_issue(
-            tenant=obj.tenant,
+            owner=obj.owner,
             name=obj.name,
             scopes=obj.scopes or None,
             actor=user_actor_name(request.user),
             request=request,
         )
-        obj.pk = token.pk
+        # The admin logs and links the form's object: make it the issued one.
+        obj.pk, obj.tenant, obj.prefix = token.pk, token.tenant, token.prefix
         messages.warning(request, f"Copy the token now; it is not shown again: {secret}")
 
 

@@ -66,12 +66,25 @@ class ApiTokenQuerySet(models.QuerySet):
 
 
 class ApiToken(models.Model):
-    """A client system's credential for one tenant. Only its hash is stored."""
+    """A client system's credential, issued to one operator; only its hash is stored.
+
+    The token acts as its owner: in the owner's tenant, with the owner's permissions,
+    and what it starts is requested by the owner (who therefore cannot approve it).
+    """
 
     SCOPE_START = "runs:start"
     SCOPE_READ = "runs:read"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
+    # Null only for tokens issued before tokens had owners: the API refuses those.
+    # PROTECT: a login that holds tokens is deactivated, not deleted, so the trail
+    # of who acted through them stays whole.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        related_name="api_tokens",
+    )
     name = models.CharField(max_length=100)
     # The first characters, kept in clear so an operator can tell tokens apart.
     prefix = models.CharField(max_length=16)
@@ -87,13 +100,14 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…, {self.tenant.slug})"
 
     @classmethod
-    def issue(
-        cls, *, tenant: Tenant, name: str, scopes: list[str] | None = None
-    ) -> tuple[ApiToken, str]:
-        """Create a token and return it with its secret, which is never shown again."""
+    def issue(cls, *, owner, name: str, scopes: list[str] | None = None) -> tuple[ApiToken, str]:
+        """Create a token for an operator, in the operator's tenant, and return it with its
+        secret, which is never shown again. ``Operator.DoesNotExist`` if the owner is none."""
+        tenant = Operator.objects.select_related("tenant").get(user=owner).tenant
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
             tenant=tenant,
+            owner=owner,
             name=name,
             prefix=secret[:12],
             token_hash=_digest(secret),
@@ -104,7 +118,10 @@ class ApiToken(models.Model):
     @classmethod
     def authenticate(cls, secret: str) -> ApiToken | None:
         return (
-            cls.objects.active().select_related("tenant").filter(token_hash=_digest(secret)).first()
+            cls.objects.active()
+            .select_related("tenant", "owner")
+            .filter(token_hash=_digest(secret))
+            .first()
         )
 
     def allows(self, scope: str) -> bool:

@@ -91,18 +91,23 @@ def api_token_revoke(*, token: ApiToken, actor: str, request=None) -> bool:
 
 
 def api_token_issue(
-    *, tenant: Tenant, name: str, scopes: list[str] | None, actor: str, request=None
+    *, owner, name: str, scopes: list[str] | None, actor: str, request=None
 ) -> tuple[ApiToken, str]:
-    """Issue a token and audit it; the secret is returned once and never stored."""
+    """Issue a token to an operator and audit it; the secret is returned once, never stored."""
     with transaction.atomic():
-        token, secret = ApiToken.issue(tenant=tenant, name=name, scopes=scopes)
+        token, secret = ApiToken.issue(owner=owner, name=name, scopes=scopes)
         audit_record(
-            tenant=tenant,
+            tenant=token.tenant,
             actor=actor,
             action="token.issue",
             object_type="apitoken",
             object_id=str(token.pk),
-            after={"name": token.name, "prefix": token.prefix, "scopes": token.scopes},
+            after={
+                "name": token.name,
+                "prefix": token.prefix,
+                "scopes": token.scopes,
+                "owner": user_actor_name(owner),
+            },
             request=request,
         )
     return token, secret

@@ -1,4 +1,8 @@
-"""The runs API: client systems start runs and read them with a bearer token."""
+"""The runs API: client systems start runs and read them with a bearer token.
+
+A token acts as the operator it was issued to: in their tenant, with their role's
+permissions, and the runs it starts are requested by them.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,15 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from accounts.access import api_token_problem
 from accounts.models import ApiToken
-from accounts.services import audit_record, bearer_token, for_tenant, token_actor
+from accounts.services import (
+    audit_record,
+    bearer_token,
+    for_tenant,
+    token_actor,
+    user_actor_name,
+)
 from agentruns.models import Run
 from agentruns.runtime import (
     AdmissionError,
@@ -37,12 +48,15 @@ def _error(status: int, message: str, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
 
 
-def _authenticate(request: HttpRequest, scope: str) -> ApiToken | JsonResponse:
+def _authenticate(request: HttpRequest, scope: str, permission: str) -> ApiToken | JsonResponse:
     token = bearer_token(request)
     if token is None:
         response = _error(401, "a valid bearer token is required")
         response["WWW-Authenticate"] = 'Bearer realm="holdfast"'
         return response
+    problem = api_token_problem(token, permission)
+    if problem:
+        return _error(403, problem)
     if not token.allows(scope):
         return _error(403, f"this token may not do {scope}")
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
@@ -87,7 +101,7 @@ def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
 @csrf_exempt  # bearer tokens, never cookies: there is no ambient credential to forge
 @require_POST
 def start_run(request: HttpRequest) -> JsonResponse:
-    token = _authenticate(request, ApiToken.SCOPE_START)
+    token = _authenticate(request, ApiToken.SCOPE_START, "start_runs")
     if isinstance(token, JsonResponse):
         return token
     try:
@@ -108,7 +122,8 @@ def start_run(request: HttpRequest) -> JsonResponse:
             input=body.input,
             request_id=body.request_id,
             dedupe_key=body.dedupe_key,
-            requested_by=token_actor(token),
+            # The owner asked for it: "the requester may not approve" binds a person.
+            requested_by=user_actor_name(token.owner),
         )
     except RequestConflict as exc:
         return _error(409, str(exc), run=run_json(exc.existing))
@@ -124,11 +139,16 @@ def start_run(request: HttpRequest) -> JsonResponse:
     if created:
         audit_record(
             tenant=token.tenant,
-            actor=token_actor(token),
+            actor=user_actor_name(token.owner),
             action="run.start",
             object_type="run",
             object_id=str(run.id),
-            after={"agent": run.agent_name, "request_id": run.request_id, "status": run.status},
+            after={
+                "agent": run.agent_name,
+                "request_id": run.request_id,
+                "status": run.status,
+                "token": token_actor(token),
+            },
             request=request,
         )
     return JsonResponse(run_json(run), status=201 if created else 200)
@@ -136,7 +156,7 @@ def start_run(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 def get_run(request: HttpRequest, run_id) -> JsonResponse:
-    token = _authenticate(request, ApiToken.SCOPE_READ)
+    token = _authenticate(request, ApiToken.SCOPE_READ, "view_runs")
     if isinstance(token, JsonResponse):
         return token
     run = for_tenant(Run.objects.all(), token.tenant).filter(pk=run_id).first()

@@ -92,10 +92,16 @@ def test_an_unchanged_save_writes_no_entry(admin_client, tenant):
     assert _entries() == []
 
 
+@pytest.fixture
+def olga(tenant, make_operator):
+    return make_operator(tenant, "operator", username="olga")
+
+
 def test_a_revoked_token_cannot_be_unrevoked_or_moved_in_the_admin(
-    admin_client, tenant, other_tenant
+    admin_client, tenant, other_tenant, olga, make_operator
 ):
-    token, _ = ApiToken.issue(tenant=tenant, name="helpdesk")
+    token, _ = ApiToken.issue(owner=olga, name="helpdesk")
+    theirs = make_operator(other_tenant, "operator", username="theo")
     revoked_at = timezone.now()
     ApiToken.objects.filter(pk=token.pk).update(revoked_at=revoked_at)
     url = f"/admin/accounts/apitoken/{token.pk}/change/"
@@ -103,19 +109,26 @@ def test_a_revoked_token_cannot_be_unrevoked_or_moved_in_the_admin(
     assert page.status_code == 200  # shown, read-only
     assert 'name="revoked_at' not in page.content.decode()
     assert 'name="tenant"' not in page.content.decode()
+    assert 'name="owner"' not in page.content.decode()
     response = admin_client.post(
         url,
-        {"tenant": other_tenant.pk, "name": "helpdesk", "scopes": '["runs:start"]'},
+        {
+            "owner": theirs.pk,
+            "tenant": other_tenant.pk,
+            "name": "helpdesk",
+            "scopes": '["runs:start"]',
+            "revoked_at": "",
+        },
     )
     assert response.status_code == 403
     token.refresh_from_db()
-    assert token.tenant == tenant and token.revoked_at == revoked_at
+    assert token.tenant == tenant and token.owner == olga and token.revoked_at == revoked_at
     assert token.scopes == [ApiToken.SCOPE_START, ApiToken.SCOPE_READ]
     assert admin_client.get(f"/admin/accounts/apitoken/{token.pk}/delete/").status_code == 403
 
 
-def test_revoking_tokens_in_the_admin_is_one_audited_action(admin_client, admin_operator, tenant):
-    token, secret = ApiToken.issue(tenant=tenant, name="helpdesk")
+def test_revoking_tokens_in_the_admin_is_one_audited_action(admin_client, tenant, olga):
+    token, secret = ApiToken.issue(owner=olga, name="helpdesk")
     changelist = admin_client.get("/admin/accounts/apitoken/").content.decode()
     assert "Revoke selected tokens" in changelist
     assert "delete_selected" not in changelist
@@ -131,6 +144,40 @@ def test_revoking_tokens_in_the_admin_is_one_audited_action(admin_client, admin_
     [entry] = _entries(action="token.revoke")
     assert entry.tenant == tenant and entry.actor == "user:admin"
     assert entry.object_id == str(token.pk) and entry.before == {"revoked_at": None}
+
+
+def test_the_admin_issues_a_token_to_an_operator_in_their_tenant_on_the_record(
+    admin_client, other_tenant, make_operator
+):
+    theo = make_operator(other_tenant, "operator", username="theo")
+    form = admin_client.get("/admin/accounts/apitoken/add/").content.decode()
+    assert 'name="owner"' in form and 'name="tenant"' not in form
+    response = admin_client.post(
+        "/admin/accounts/apitoken/add/",
+        {"owner": theo.pk, "name": "helpdesk", "scopes": '["runs:start", "runs:read"]'},
+        follow=True,
+    )
+    assert response.status_code == 200
+    token = ApiToken.objects.get(name="helpdesk")
+    assert token.owner == theo and token.tenant == other_tenant
+    shown = [str(m) for m in response.context["messages"]]
+    secret = next(m for m in shown if "hft_" in m).rsplit(" ", 1)[-1]
+    assert ApiToken.authenticate(secret) == token
+    [entry] = _entries(action="token.issue")
+    assert entry.tenant == other_tenant and entry.actor == "user:admin"
+    assert entry.after["owner"] == "user:theo"
+
+
+def test_the_admin_does_not_issue_a_token_without_an_owner(admin_client, django_user_model):
+    outsider = django_user_model.objects.create_user(username="outsider")
+    for owner in ["", outsider.pk]:  # no owner; a login who is no operator
+        response = admin_client.post(
+            "/admin/accounts/apitoken/add/",
+            {"owner": owner, "name": "helpdesk", "scopes": '["runs:read"]'},
+        )
+        assert response.status_code == 200  # the form again, with the error
+        assert "errorlist" in response.content.decode()
+    assert not ApiToken.objects.exists()
 
 
 def test_a_login_put_in_a_group_in_the_admin_is_audited_in_its_tenant(

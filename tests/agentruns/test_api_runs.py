@@ -15,8 +15,14 @@ BODY = {"agent": "order_status", "input": {"order_id": "A-1001"}, "request_id": 
 
 
 @pytest.fixture
-def token(tenant):
-    return ApiToken.issue(tenant=tenant, name="helpdesk")[1]
+def owner(tenant, make_operator):
+    """The operator the helpdesk's token is issued to: may start and see runs."""
+    return make_operator(tenant, "operator", username="olga")
+
+
+@pytest.fixture
+def token(owner):
+    return ApiToken.issue(owner=owner, name="helpdesk")[1]
 
 
 def _post(client, body, token=None, raw=None):
@@ -35,9 +41,10 @@ def test_a_new_request_is_201_with_the_run_and_an_audit_entry(client, token):
     data = response.json()
     run = Run.objects.get(pk=data["id"])
     assert data["status"] == "queued" and data["agent"] == "order_status"
-    assert run.requested_by.startswith("token:helpdesk")
+    assert run.requested_by == "user:olga"
     entry = AuditEntry.objects.get(object_id=data["id"])
-    assert entry.action == "run.start" and entry.actor.startswith("token:helpdesk")
+    assert entry.action == "run.start" and entry.actor == "user:olga"
+    assert entry.after["token"].startswith("token:helpdesk (hft_")
     assert entry.remote_addr == "127.0.0.1"
 
 
@@ -91,14 +98,14 @@ def test_a_missing_or_wrong_token_is_401(client, token):
     assert response["WWW-Authenticate"].startswith("Bearer")
 
 
-def test_a_revoked_token_is_401(client, tenant):
-    token, secret = ApiToken.issue(tenant=tenant, name="old")
+def test_a_revoked_token_is_401(client, owner):
+    token, secret = ApiToken.issue(owner=owner, name="old")
     ApiToken.objects.filter(pk=token.pk).update(revoked_at="2026-01-01T00:00:00Z")
     assert _post(client, BODY, secret).status_code == 401
 
 
-def test_a_token_without_the_start_scope_is_403(client, tenant):
-    _, secret = ApiToken.issue(tenant=tenant, name="reader", scopes=[ApiToken.SCOPE_READ])
+def test_a_token_without_the_start_scope_is_403(client, owner):
+    _, secret = ApiToken.issue(owner=owner, name="reader", scopes=[ApiToken.SCOPE_READ])
     assert _post(client, BODY, secret).status_code == 403
     assert Run.objects.count() == 0
 
@@ -122,28 +129,72 @@ def test_a_run_is_read_with_its_steps(client, token):
     ]
 
 
-def test_another_tenants_run_is_404(client, token, other_tenant):
+def test_another_tenants_run_is_404(client, token, other_tenant, make_operator):
     run_id = _post(client, BODY, token).json()["id"]
-    _, theirs = ApiToken.issue(tenant=other_tenant, name="theirs")
+    _, theirs = ApiToken.issue(owner=make_operator(other_tenant, "operator"), name="theirs")
     assert _get(client, run_id, theirs).status_code == 404
 
 
-def test_reading_needs_the_read_scope(client, tenant, token):
+def test_reading_needs_the_read_scope(client, owner, token):
     run_id = _post(client, BODY, token).json()["id"]
-    _, starter = ApiToken.issue(tenant=tenant, name="starter", scopes=[ApiToken.SCOPE_START])
+    _, starter = ApiToken.issue(owner=owner, name="starter", scopes=[ApiToken.SCOPE_START])
     assert _get(client, run_id, starter).status_code == 403
 
 
-def test_tokens_are_stored_hashed_and_shown_once(tenant):
-    token, secret = ApiToken.issue(tenant=tenant, name="x")
+def test_tokens_are_stored_hashed_and_shown_once(owner):
+    token, secret = ApiToken.issue(owner=owner, name="x")
     assert secret.startswith("hft_") and secret not in token.token_hash
     assert ApiToken.authenticate(secret).pk == token.pk
 
 
-def test_createapitoken_prints_the_secret_once(tenant, capsys):
-    from django.core.management import call_command
+def test_a_token_acts_in_its_owners_tenant(owner, tenant):
+    token, _ = ApiToken.issue(owner=owner, name="x")
+    assert token.tenant == tenant and token.owner == owner
 
-    call_command("createapitoken", "ci", "--scope", "runs:read")
-    secret = capsys.readouterr().out.strip()
-    token = ApiToken.authenticate(secret)
-    assert token.name == "ci" and token.scopes == ["runs:read"]
+
+def test_a_deactivated_owners_token_is_refused_with_a_reason(client, token, owner):
+    run_id = _post(client, BODY, token).json()["id"]
+    owner.is_active = False
+    owner.save()
+    response = _post(client, {**BODY, "request_id": "req-2"}, token)
+    assert response.status_code == 403
+    assert response.json()["error"] == "this token's owner, olga, is deactivated"
+    assert _get(client, run_id, token).status_code == 403
+    assert Run.objects.count() == 1
+
+
+def test_an_owner_who_may_not_start_runs_cannot_start_them_with_a_token(
+    client, tenant, make_operator
+):
+    _, secret = ApiToken.issue(owner=make_operator(tenant, "viewer", username="vic"), name="v")
+    response = _post(client, BODY, secret)
+    assert response.status_code == 403
+    assert response.json()["error"] == "this token's owner, vic, may not start runs"
+    assert Run.objects.count() == 0
+
+
+def test_an_owner_who_may_not_see_runs_cannot_read_them_with_a_token(
+    client, token, tenant, make_operator
+):
+    run_id = _post(client, BODY, token).json()["id"]
+    _, secret = ApiToken.issue(owner=make_operator(tenant, username="nobody"), name="n")
+    response = _get(client, run_id, secret)
+    assert response.status_code == 403
+    assert response.json()["error"] == "this token's owner, nobody, may not see runs"
+
+
+def test_a_token_issued_before_tokens_had_owners_is_refused(client, token):
+    ApiToken.objects.update(owner=None)
+    response = _post(client, BODY, token)
+    assert response.status_code == 403
+    assert "no owner; issue a new one with createapitoken --owner" in response.json()["error"]
+    assert Run.objects.count() == 0
+
+
+def test_a_token_whose_owner_moved_to_another_tenant_is_refused(client, token, owner, other_tenant):
+    owner.operator.tenant = other_tenant
+    owner.operator.save()
+    response = _post(client, BODY, token)
+    assert response.status_code == 403
+    assert "no longer works for the token's tenant" in response.json()["error"]
+    assert Run.objects.count() == 0
