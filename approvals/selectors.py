@@ -106,13 +106,28 @@ class Card:
 
 
 def _rows(values: Any) -> list[tuple[str, str]]:
-    """Key/value rows for a table; nested values shown as JSON. Escaped by the template."""
+    """Key/value rows for a table; nested values shown as JSON. Escaped by the template.
+
+    Beside a ``currency``, an ``amount`` or ``amount_…`` in minor units is shown as
+    money in that currency ("45.00 EUR", not 4500).
+    """
     if not isinstance(values, dict):
         return [("value", json.dumps(values, ensure_ascii=False))]
-    return [
-        (str(key), value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-        for key, value in values.items()
-    ]
+    currency = values.get("currency") if isinstance(values.get("currency"), str) else None
+    rows = []
+    for key, value in values.items():
+        if _is_money(str(key), value) and currency:
+            shown = format_amount(value, currency)
+        elif isinstance(value, str):
+            shown = value
+        else:
+            shown = json.dumps(value, ensure_ascii=False)
+        rows.append((str(key), shown))
+    return rows
+
+
+def _is_money(key: str, value: Any) -> bool:
+    return (key == "amount" or key.startswith("amount_")) and type(value) is int
 
 
 def approval_card(viewer: Viewer, approval: Approval, **extra: Any) -> Card:

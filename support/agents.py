@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentruns.llm.scripted import ScriptedCall, ScriptedReply
+from agentruns.money import format_amount
 from agentruns.runtime import Budget, ModelSpec, agent, run_tool_loop
 from support.tools import issue_refund, lookup_order, send_customer_email
 
@@ -78,7 +79,7 @@ def refund_scenario(request) -> ScriptedReply:
                         "subject": f"Your refund for order {order['id']}",
                         "body": (
                             f"Hello {order['customer']['name']},\n\nWe refunded "
-                            f"{refund['amount'] / 100:.2f} {refund['currency'].upper()} "
+                            f"{format_amount(refund['amount'], refund['currency'])} "
                             f"(refund {refund['id']}).\n"
                         ),
                     },
@@ -88,7 +89,7 @@ def refund_scenario(request) -> ScriptedReply:
     if last.get("ok") and str((last.get("result") or {}).get("id", "")).startswith("re_"):
         refund = last["result"]
         return ScriptedReply(
-            content=f"Refunded {refund['amount'] / 100:.2f} {refund['currency'].upper()} "
+            content=f"Refunded {format_amount(refund['amount'], refund['currency'])} "
             f"as {refund['id']}."
         )
     if last.get("ok"):

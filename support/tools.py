@@ -9,6 +9,7 @@ from typing import Literal
 from django.core.mail import EmailMessage, get_connection
 from pydantic import BaseModel, Field
 
+from agentruns.money import format_amount
 from agentruns.runtime import (
     MANUAL,
     READ_ONLY,
@@ -85,7 +86,7 @@ def _refund_needs_approval(args: dict, config: dict) -> bool:
 
 def _refund_preview(args: dict) -> str:
     return (
-        f"Refund {args['amount'] / 100:,.2f} {args['currency'].upper()} of order "
+        f"Refund {format_amount(args['amount'], args['currency'])} of order "
         f"{args['order_id']} (payment {args['payment_intent']}, reason: {args['reason']})"
     )
 

@@ -34,8 +34,9 @@ ALLOWED = {
     "sandbox": set(),
     "config": set(PACKAGES) - {"config"},
 }
-# An agent is an ordinary user of the runtime: its public surface and the model clients.
-AGENT_SURFACE = ("agentruns.runtime", "agentruns.llm.scripted")
+# An agent is an ordinary user of the runtime: its public surface, the scripted model
+# client, and the one money formatter every amount is shown with.
+AGENT_SURFACE = ("agentruns.runtime", "agentruns.llm.scripted", "agentruns.money")
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:
