@@ -106,6 +106,7 @@ class DatabaseApprovalGate:
             expires_at=DbNow() + request.expires_after,
             replaces_id=request.replaces,
             changes=request.changes,
+            provider_refusal=request.refusal,
         )
         try:
             with transaction.atomic():

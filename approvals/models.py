@@ -72,6 +72,9 @@ class Approval(models.Model):
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="replaced_by"
     )
     changes = models.JSONField(default=list, blank=True)
+    # Why the provider will refuse the action, judged by the engine on the resource's
+    # state when it asked (the tool's policy); such an approval is never approved.
+    provider_refusal = models.TextField(blank=True)
     invalidated_reason = models.TextField(blank=True)
     rerequested_by = models.CharField(max_length=200, blank=True)
     rerequested_at = models.DateTimeField(null=True, blank=True)

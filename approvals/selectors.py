@@ -86,6 +86,8 @@ class Card:
 
     approval: Approval
     why_not: str = ""
+    # Why the provider will refuse the action: no Approve is offered, Reject is.
+    refusal: str = ""
     can_rerequest: bool = False
     expired: bool = False
     error: str = ""
@@ -135,6 +137,7 @@ def approval_card(viewer: Viewer, approval: Approval, **extra: Any) -> Card:
     return Card(
         approval=approval,
         why_not=viewer.why_not(approval) if pending else "",
+        refusal=approval.provider_refusal if pending else "",
         can_rerequest=viewer.may_rerequest
         and approval.status == ApprovalStatus.EXPIRED
         and approval.rerequested_at is None,

@@ -80,6 +80,11 @@ def approval_decide(
     problem = approver_problem(user, approval.tenant, approval.amount, approval.currency)
     if problem:
         raise DecisionRefused(f"you cannot decide this approval: {problem}")
+    refusal = approval.provider_refusal
+    if decision == APPROVE and refusal:
+        raise DecisionRefused(
+            f"the provider will refuse this action ({refusal}); reject it so the agent learns why"
+        )
     status = ApprovalStatus.APPROVED if decision == APPROVE else ApprovalStatus.REJECTED
     with transaction.atomic():
         won = Approval.objects.filter(

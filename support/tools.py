@@ -91,6 +91,25 @@ def _refund_preview(args: dict) -> str:
     )
 
 
+def _refund_refusal(args: dict, state: dict) -> str | None:
+    """Why the payments provider will refuse this refund of the payment as it is."""
+    currency = state.get("currency", "")
+    if currency and currency != args["currency"]:
+        return (
+            f"the payment is in {currency.upper()}, not {args['currency'].upper()}: "
+            "the provider refunds in the payment's own currency"
+        )
+    remaining = state.get("amount_received", 0) - state.get("amount_refunded", 0)
+    if remaining <= 0:
+        return "the payment is already fully refunded"
+    if args["amount"] > remaining:
+        return (
+            f"{format_amount(args['amount'], currency)} is more than the "
+            f"{format_amount(remaining, currency)} still refundable"
+        )
+    return None
+
+
 def _payment_state(args: dict, call: CallInfo) -> dict:
     return adapters.payment_state(args["payment_intent"], timeout=call.timeout)
 
@@ -102,6 +121,7 @@ REFUND_APPROVAL = ApprovalPolicy(
     preview=_refund_preview,
     amount=lambda args: (args["amount"], args["currency"]),
     expires_after=timedelta(hours=24),
+    refusal=_refund_refusal,
 )
 
 

@@ -39,7 +39,11 @@ class ApprovalPolicy:
       fingerprint; a change between the decision and the send invalidates it;
     - ``preview(args)``: one line a person reads before deciding;
     - ``amount(args)``: the (minor units, currency) an approver's authority must
-      cover, or None when the call moves no money.
+      cover, or None when the call moves no money;
+    - ``refusal(args, state)``: why the provider will refuse this call given the
+      resource's state (a refund larger than what remains, in another currency),
+      in words, or None. Such a call is never approved, and is refused before it is
+      sent, with nothing sent.
     """
 
     required: Callable[[dict[str, Any], dict[str, Any]], bool]
@@ -48,6 +52,13 @@ class ApprovalPolicy:
     preview: Callable[[dict[str, Any]], str]
     amount: Callable[[dict[str, Any]], tuple[int, str] | None] | None = None
     expires_after: timedelta = DEFAULT_APPROVAL_EXPIRY
+    refusal: Callable[[dict[str, Any], dict[str, Any]], str | None] | None = None
+
+    def refusal_for(self, args: dict[str, Any], state: dict[str, Any] | None) -> str | None:
+        """``refusal(args, state)``, or None when the policy has none or no state is known."""
+        if self.refusal is None or not state:
+            return None
+        return self.refusal(args, state)
 
 
 def always(args: dict[str, Any], config: dict[str, Any]) -> bool:
@@ -98,6 +109,8 @@ class ApprovalRequest:
     # The approval this one replaces (invalidated or expired), and what changed.
     replaces: int | None = None
     changes: list[str] = field(default_factory=list)
+    # Why the provider will refuse the call on ``resource_state`` ("" when it will not).
+    refusal: str = ""
 
 
 @dataclass(frozen=True)

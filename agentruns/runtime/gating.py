@@ -118,6 +118,9 @@ def _consume_and_send(claim: Claim, tool: Tool, step: Step, latest: ApprovalStat
     invalidate it and ask again with the reason."""
     gate = claim.engine.approvals
     state = resource_state(claim, tool, step)
+    refusal = tool.approval.refusal_for(step.input, state)
+    if refusal:
+        return _refused_before_send(claim, step, latest, refusal)
     fingerprint = content_hash(state)
     args_hash = content_hash(step.input)
     guard = gate.consume_guard(
@@ -140,6 +143,24 @@ def _consume_and_send(claim: Claim, tool: Tool, step: Step, latest: ApprovalStat
     )
     gate.invalidate(latest.id, reason)
     request_approval(claim, tool, step, previous=latest, changes=[reason], state=state)
+
+
+def _refused_before_send(claim: Claim, step: Step, latest: ApprovalState, reason: str) -> Step:
+    """The resource as it is now makes the provider refuse the call: fail the step as a
+    definite refusal, nothing sent, and close the approval that can no longer apply."""
+    values = {
+        "status": StepStatus.FAILED,
+        "completed_at": NOW,
+        "last_error_class": "refused_before_send",
+        "last_error": f"not sent: {reason}",
+    }
+    claim.decide(
+        claim.progress(step.step_id, new_step=False),
+        step=StepUpdate(step.pk, values, only_if_status=(StepStatus.PLANNED,)),
+        event=Event("step_failed", step.step_id, {"reason": "refused_before_send"}),
+    )
+    claim.engine.approvals.invalidate(latest.id, f"not sent: {reason}")
+    return known(step, values)
 
 
 def resource_state(claim: Claim, tool: Tool, step: Step) -> dict[str, Any]:
@@ -199,6 +220,7 @@ def request_approval(
             effect_key=step.effect_key,
             replaces=previous.id if previous is not None else None,
             changes=changes,
+            refusal=policy.refusal_for(args, state) or "",
         )
     )
     await_approval(claim, step, approval_id, WAITING_FOR_DECISION)
