@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from accounts.models import AuditEntry, Tenant
 from accounts.services import for_tenant
-from agentruns.models import TERMINAL_STATUSES, Run, RunStatus, Step, StepStatus
+from agentruns.models import TERMINAL_STATUSES, Run, RunStatus, Step, StepKind, StepStatus
 from agentruns.money import format_amount
 from agentruns.services import get_registry
 
@@ -131,13 +131,59 @@ def run_matches(run: Run, params) -> bool:
     return runs.filter(pk=run.id).exists()
 
 
+class StepTiming(NamedTuple):
+    """How long a step's call took, and apart from it how long the step waited and for what.
+
+    Either part may be missing: a step settled by a person has no call time of its
+    own, a step that needed one call and no wait has no waiting.
+    """
+
+    call_started: datetime | None
+    call_ended: datetime | None
+    waited_started: datetime | None = None
+    waited_ended: datetime | None = None
+    waited_for: str = ""
+
+
+def step_timing(step: Step, *, approved: bool) -> StepTiming | None:
+    """The truth about a settled step's time. ``approved``: an approval was consumed by it."""
+    start, end = step.started_at, step.completed_at
+    if start is None or end is None:
+        return None
+    if step.kind == StepKind.WAIT:
+        return StepTiming(None, None, start, end, "its timer")
+    if not step.is_effect or step.last_sent_at is None:
+        if step.attempts > 1:
+            # Recorded after each call: the calls and the waits between them are one span.
+            return StepTiming(
+                None, None, start, end, f"{step.attempts} attempts and the waits between them"
+            )
+        return StepTiming(start, end)
+    actions = {
+        entry.get("action") for entry in (step.recovery_log or []) if isinstance(entry, dict)
+    }
+    before = ""
+    if step.last_sent_at > start:
+        before = "approval" if approved else "retries"
+    if "settled" in actions:
+        # Its outcome came from a person, not from an answer to the last send.
+        return StepTiming(None, None, step.last_sent_at, end, "a person to settle it")
+    if "lookup" in actions:
+        return StepTiming(None, None, step.last_sent_at, end, "recovery after an interrupted send")
+    if before:
+        return StepTiming(step.last_sent_at, end, start, step.last_sent_at, before)
+    return StepTiming(step.last_sent_at, end)
+
+
 class StepRow(NamedTuple):
     """One step of the timeline, with what it waits for: the approval a planned step
-    waits on, the open case an unknown step waits on (None when it waits for neither)."""
+    waits on, the open case an unknown step waits on (None when it waits for neither),
+    and its timing."""
 
     step: Step
     awaiting_approval: Any
     open_case: Any
+    timing: StepTiming | None = None
 
 
 def _step_rows(run: Run, approvals: list, cases: list) -> list[StepRow]:
@@ -145,11 +191,13 @@ def _step_rows(run: Run, approvals: list, cases: list) -> list[StepRow]:
     # (approval_one_live_per_step) and one case per step (a one-to-one).
     pending = {approval.step_id: approval for approval in approvals if approval.is_pending}
     open_cases = {case.step_id: case for case in cases if case.is_open}
+    consumed = {a.consumed_by_effect_key for a in approvals if a.consumed_by_effect_key}
     rows = []
     for step in run.steps.order_by("seq"):
         approval = pending.get(step.step_id) if step.status == StepStatus.PLANNED else None
         case = open_cases.get(step.pk) if step.status == StepStatus.UNKNOWN else None
-        rows.append(StepRow(step, approval, case))
+        timing = step_timing(step, approved=step.effect_key in consumed)
+        rows.append(StepRow(step, approval, case, timing))
     return rows
 
 
