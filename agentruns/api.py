@@ -73,6 +73,8 @@ def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
         "status": run.status,
         "terminal": run.is_terminal,
         "outcome": run.outcome_detail,
+        # What the ending means at a glance ("refund_refused"), or "" when its status says it.
+        "outcome_code": run.outcome_code,
         "output": run.output,
         "created_at": run.created_at.isoformat(),
         "updated_at": run.updated_at.isoformat(),

@@ -64,6 +64,7 @@ class StepKind(models.TextChoices):
     COMPENSATION = "compensation"
     CLOCK = "clock"
     RANDOM = "random"
+    OUTCOME = "outcome"
 
 
 class StepStatus(models.TextChoices):
@@ -102,6 +103,10 @@ class Run(models.Model):
 
     status = models.CharField(max_length=48, choices=RunStatus.choices, default=RunStatus.QUEUED)
     outcome_detail = models.TextField(blank=True)
+    # What the run's end means, at a glance: declared by the agent (ctx.outcome, e.g.
+    # "refund_refused"), or "<tool>_refused" when it completed with a definitely
+    # refused effect. "" for an ending that needs no word beside its status.
+    outcome_code = models.CharField(max_length=64, blank=True)
     output = models.JSONField(null=True, blank=True)
     current_step = models.CharField(max_length=200, blank=True)
 
@@ -162,6 +167,12 @@ class Run(models.Model):
             models.Index(fields=["tenant", "status", "-created_at"], name="run_tenant_status"),
             # run lists: all of a tenant's runs, newest first, keyset pages
             models.Index(fields=["tenant", "-created_at", "-id"], name="run_tenant_recent"),
+            # run lists filtered by outcome: a tenant's runs with one, newest first
+            models.Index(
+                fields=["tenant", "outcome_code", "-created_at"],
+                condition=~Q(outcome_code=""),
+                name="run_tenant_outcome",
+            ),
             # run search by order id
             models.Index(
                 F("tenant"), KeyTransform("order_id", "input"), name="run_tenant_order_id"
@@ -178,6 +189,11 @@ class Run(models.Model):
     @property
     def cost_usd(self) -> Decimal:
         return Decimal(self.cost_micros) / 1_000_000
+
+    @property
+    def outcome_label(self) -> str:
+        """The outcome in words: "refund_refused" → "refund refused"."""
+        return self.outcome_code.replace("_", " ")
 
 
 class Blob(models.Model):

@@ -25,7 +25,7 @@ WORKING = [s for s in RunStatus if s not in TERMINAL_STATUSES]
 TERMINAL = [s for s in RunStatus if s in TERMINAL_STATUSES]
 SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 # The list's filters besides the state tab, in the order its links carry them.
-FILTERS = ("agent", "since", "q")
+FILTERS = ("agent", "since", "q", "outcome")
 # The run states the navigation counts (templates/accounts/_attention.html).
 ATTENTION_STATES = (
     RunStatus.WAITING_FOR_APPROVAL.value,
@@ -52,9 +52,13 @@ def _param(params, name: str) -> str:
 def _filtered(tenant: Tenant, params) -> tuple[QuerySet[Run], str]:
     """The tenant's runs under the page's filters, before the state tab; and the tab."""
     agent, since, query = _param(params, "agent"), _param(params, "since"), _param(params, "q")
+    outcome = _param(params, "outcome")
     runs = for_tenant(Run.objects.all(), tenant)
     if agent:
         runs = runs.filter(agent_name=agent)
+    if outcome:
+        # run_tenant_outcome index
+        runs = runs.filter(outcome_code=outcome)
     if since in SINCE:
         runs = runs.filter(created_at__gte=timezone.now() - SINCE[since])
     if query:
@@ -111,6 +115,7 @@ def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
         "agent": _param(params, "agent"),
         "since": _param(params, "since"),
         "q": _param(params, "q"),
+        "outcome": _param(params, "outcome"),
         # The page's own filters, for links that keep them ({% querystring filters %}):
         # fragments pushed over the socket are rendered without a request.
         "filters": filters,

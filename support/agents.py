@@ -132,7 +132,31 @@ def refund_support(ctx, input):
         {"role": "user", "content": f"{input['message']}\n{json.dumps(request)}"},
     ]
     final, conversation = run_tool_loop(ctx, messages, max_turns=6)
+    refund = _refund_answer(conversation)
+    if refund is None:
+        ctx.outcome("nothing_to_refund", final.content or "")
+    elif refund.get("ok"):
+        ctx.outcome("refunded", f"refund {(refund.get('result') or {}).get('id', '')}")
+    else:
+        ctx.outcome("refund_refused", refund.get("error") or "")
     return {"reply": final.content, "turns": sum(m["role"] == "assistant" for m in conversation)}
+
+
+def _refund_answer(conversation: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the last issue_refund call answered (as the model was told), or None."""
+    refund_calls = {
+        call["id"]
+        for message in conversation
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or []
+        if call["function"]["name"] == "issue_refund"
+    }
+    answers = [
+        json.loads(message["content"])
+        for message in conversation
+        if message.get("role") == "tool" and message.get("tool_call_id") in refund_calls
+    ]
+    return answers[-1] if answers else None
 
 
 AGENTS = [refund_support]

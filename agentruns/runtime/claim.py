@@ -79,6 +79,8 @@ class Claim:
         # A fact was recorded without reading the run: a cancel may be unseen.
         self.cancel_unseen = False
         self.agent: Agent | None = None
+        # What the agent declared its ending means (ctx.outcome), replayed or new.
+        self.declared_outcome: tuple[str, str] | None = None
         run.refresh_from_db()
         self.counters = {
             "steps": run.steps_used,

@@ -112,6 +112,14 @@ class RunContext:
         return values.random_step(self._claim)
 
     @_engine_call
+    def outcome(self, code: str, detail: str = "") -> None:
+        """Say what the run's end means, for the people reading it ("refund_refused").
+
+        Recorded as a step, so replay keeps it; the last one declared counts.
+        """
+        values.outcome_step(self._claim, code, detail)
+
+    @_engine_call
     def sleep(self, duration: float | timedelta) -> None:
         """Suspend the run for ``duration``; no process waits meanwhile."""
         seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)

@@ -73,10 +73,12 @@ def write_end(claim: Claim, ending: Finish) -> str:
         ).values_list("pk", flat=True):
             claim.engine.desk.open_case(str(claim.run_id), pk, str(exc))
         return f"suspended:{RunStatus.EFFECT_UNKNOWN}"
+    code, detail = _outcome(claim, ending)
     claim.decide(
         {
             "status": status,
-            "outcome_detail": ending.reason,
+            "outcome_detail": ending.reason or detail,
+            "outcome_code": code,
             "output": Json(ending.output) if ending.output is not None else None,
             "lease_owner": "",
             "lease_expires_at": None,
@@ -88,6 +90,26 @@ def write_end(claim: Claim, ending: Finish) -> str:
     )
     claim.engine.approvals.withdraw(str(claim.run_id), f"the run ended as {status}")
     return f"finished:{status}"
+
+
+def _outcome(claim: Claim, ending: Finish) -> tuple[str, str]:
+    """What a completed run's end means: what its agent declared, or that an effect of
+    it was definitely refused (it completed, but that effect did not happen)."""
+    if ending.ending is not Ending.COMPLETED:
+        return "", ""
+    if claim.declared_outcome is not None:
+        return claim.declared_outcome
+    refused = (
+        Step.objects.filter(run_id=claim.run_id, kind=StepKind.TOOL, status=StepStatus.FAILED)
+        .filter(is_effect=True)
+        .order_by("-seq")
+        .values_list("name", "last_error")
+        .first()
+    )
+    if refused is None:
+        return "", ""
+    name, error = refused
+    return f"{name}_refused"[:64], error
 
 
 def _effect_facts(claim: Claim) -> list[EffectFact]:

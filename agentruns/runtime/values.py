@@ -1,18 +1,20 @@
-"""Recorded values: the clock, random numbers and waits agent code asks for.
+"""Recorded values: the clock, random numbers, waits and the outcome agent code declares.
 
 Each is a step like any other, so replay returns the same instant, the same
-number, and a wait that already passed is not waited again (DESIGN §6.2).
+number, the same declared outcome, and a wait that already passed is not waited
+again (DESIGN §6.2).
 """
 
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agentruns.models import RunStatus, StepKind, StepStatus
 from agentruns.runtime import faults as fault_points
-from agentruns.runtime.control import Suspend
+from agentruns.runtime.control import AgentUsageError, Suspend
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.writes import NOW, Event, StepUpdate
 
@@ -43,15 +45,45 @@ def random_step(claim: Claim) -> float:
 
 
 def _record_value(
-    claim: Claim, seq: int, step_id: str, kind: str, name: str, result: dict[str, Any]
+    claim: Claim,
+    seq: int,
+    step_id: str,
+    kind: str,
+    name: str,
+    result: dict[str, Any],
+    *,
+    input_hash: str = "",
 ) -> None:
     values = {"status": StepStatus.SUCCEEDED, "completed_at": NOW, **claim.result_columns(result)}
     claim.decide(
         claim.progress(step_id),
-        step=claim.step_write(None, values, seq=seq, step_id=step_id, kind=kind, name=name),
+        step=claim.step_write(
+            None, values, seq=seq, step_id=step_id, kind=kind, name=name, input_hash=input_hash
+        ),
         event=Event("step_succeeded", step_id),
     )
     claim.reach(fault_points.AFTER_RESULT_RECORDED, name)
+
+
+OUTCOME_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def outcome_step(claim: Claim, code: str, detail: str) -> None:
+    """Record what the run's end means (``refund_refused``); the last declared one counts."""
+    if not OUTCOME_CODE.match(code or ""):
+        raise AgentUsageError(
+            f"ctx.outcome: {code!r} is not an outcome code (lower-case words joined by _, "
+            "at most 64 characters)"
+        )
+    declared = {"code": code, "detail": detail}
+    seq, step_id, recorded = claim.position(StepKind.OUTCOME, code, content_hash(declared))
+    if recorded is None:
+        claim.boundary(forward=False)
+        claim.reach(fault_points.BEFORE_STEP_RECORDED, code)
+        _record_value(
+            claim, seq, step_id, StepKind.OUTCOME, code, declared, input_hash=content_hash(declared)
+        )
+    claim.declared_outcome = (code, detail)
 
 
 def wait_step(claim: Claim, seconds: float) -> None:
