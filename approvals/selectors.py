@@ -15,7 +15,7 @@ from agentruns.runtime import canonical_json
 from agentruns.services import get_registry
 from approvals.models import Approval, ApprovalStatus
 from approvals.policy import approver_problem, authority_for
-from approvals.services import ResourceNow
+from approvals.services import ResourceNow, approval_used_by
 
 PAGE_SIZE = 100
 PENDING = "pending"
@@ -94,12 +94,19 @@ class Card:
     flash: str = ""
     note: str = ""
     reading: Reading | None = None
+    # What used a consumed approval, in words ("refund re_…").
+    used_by: str = ""
     args: list[tuple[str, str]] = field(default_factory=list)
     state_then: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def amount(self) -> str:
         return format_amount(self.approval.amount, self.approval.currency)
+
+    @property
+    def stale(self) -> bool:
+        """The resource changed since it was asked: no Approve, "ask again" instead."""
+        return bool(self.reading and self.reading.changes)
 
     @property
     def canonical_args(self) -> str:
@@ -144,6 +151,7 @@ def approval_card(viewer: Viewer, approval: Approval, **extra: Any) -> Card:
         expired=pending and approval.expires_at <= timezone.now(),
         args=_rows(approval.args),
         state_then=_rows(approval.resource_state),
+        used_by=approval_used_by(approval) if approval.status == ApprovalStatus.CONSUMED else "",
         **extra,
     )
 

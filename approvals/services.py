@@ -1,4 +1,5 @@
-"""Deciding approvals, asking again after an expiry, and expiring them."""
+"""Deciding approvals, asking again (after an expiry, or on the current state), and
+expiring them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.db.models import OuterRef, Q, Subquery
 
 from accounts.services import audit_record, user_actor_name
 from agentruns.dbclock import DbNow
-from agentruns.models import Run, RunStatus
+from agentruns.models import Run, RunStatus, Step
 from agentruns.runtime import CallInfo
 from agentruns.services import get_registry, run_resume
 from agentruns.sweeper import SweepPass
@@ -38,6 +39,15 @@ class DecisionConflict(Exception):
         self.approval = approval
 
 
+class ResourceChanged(DecisionConflict):
+    """The resource changed since the approval was asked: approving it would only be
+    invalidated at the send. ``now`` is the reading that showed it."""
+
+    def __init__(self, message: str, approval: Approval, now: ResourceNow):
+        super().__init__(message, approval)
+        self.now = now
+
+
 def _snapshot(approval: Approval) -> dict[str, Any]:
     return {
         "status": approval.status,
@@ -62,6 +72,10 @@ def approval_decide(
     operator saw and the database's clock for the expiry: two clicks, two tabs
     or two approvers at once yield exactly one decision; the others get a
     ``DecisionConflict`` carrying what happened.
+
+    Approving first reads the resource from its provider (before the transaction:
+    slow I/O never runs inside one). If it changed since the approval was asked, or
+    cannot be read, nothing is decided: the engine would only invalidate it at the send.
     """
     if decision not in (APPROVE, REJECT):
         raise DecisionRefused("the decision must be approve or reject")
@@ -85,6 +99,10 @@ def approval_decide(
         raise DecisionRefused(
             f"the provider will refuse this action ({refusal}); reject it so the agent learns why"
         )
+    if decision == APPROVE and approval.status == ApprovalStatus.PENDING:
+        # Only a pending one: a used approval changed the resource itself (our own
+        # refund); the compare-and-set below says what happened to it instead.
+        _check_resource_unchanged(approval)
     status = ApprovalStatus.APPROVED if decision == APPROVE else ApprovalStatus.REJECTED
     with transaction.atomic():
         won = Approval.objects.filter(
@@ -116,12 +134,89 @@ def approval_decide(
     return current
 
 
+def _check_resource_unchanged(approval: Approval) -> None:
+    now = approval_resource_now(approval)
+    if now.error:
+        raise DecisionRefused(
+            f"{now.error}; an approval is given only on the state it was asked on, "
+            "so try again when it can be read, or reject"
+        )
+    changes = now.changes_from(approval)
+    if changes:
+        raise ResourceChanged(
+            f"{approval.resource} changed since this was asked: {'; '.join(changes)}; "
+            "ask again with the current state",
+            approval,
+            now,
+        )
+
+
 def _why_not_pending(approval: Approval) -> str:
-    if approval.status == ApprovalStatus.PENDING:
+    """What happened to an approval that is no longer pending, in words for the operator."""
+    status = approval.status
+    if status == ApprovalStatus.PENDING:
         return "this approval expired before your decision arrived"
-    if approval.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
-        return f"{approval.decided_by_name} already {approval.status} it"
-    return f"this approval is {approval.status}; nothing was changed"
+    if status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
+        return f"{approval.decided_by_name} already {status} it"
+    if status == ApprovalStatus.CONSUMED:
+        return f"it was already used by {approval_used_by(approval)}; nothing was changed"
+    if status == ApprovalStatus.EXPIRED:
+        return "it expired undecided; nothing was changed"
+    if status == ApprovalStatus.INVALIDATED:
+        reason = approval.invalidated_reason or "no reason recorded"
+        return f"it no longer holds ({reason}); nothing was changed"
+    return f"this approval is {status}; nothing was changed"
+
+
+def approval_used_by(approval: Approval) -> str:
+    """The send that used a consumed approval, in words: "refund re_…".
+
+    The noun is the last word of the tool's name (issue_refund → refund); the
+    reference is the provider's, from the step with the effect key that consumed it.
+    """
+    noun = approval.tool.rsplit("_", 1)[-1] or approval.tool
+    key = approval.consumed_by_effect_key
+    reference = (
+        Step.objects.filter(effect_key=key, run_id=approval.run_id)
+        .values_list("provider_reference", flat=True)
+        .first()
+        if key
+        else None
+    )
+    if reference:
+        return f"{noun} {reference}"
+    return f"its {noun}, sent under effect key {key}" if key else f"its {noun}"
+
+
+def approval_ask_again(*, approval: Approval, user, request=None) -> Approval:
+    """Drop a pending approval so the run asks again on the resource as it is now.
+
+    A compare-and-set on ``pending`` (one who decided meanwhile wins; the caller
+    gets a ``DecisionConflict``), audited in the same transaction. The woken run
+    finds its latest approval invalidated and requests a new one whose ``changes``
+    say what changed since.
+    """
+    actor = user_actor_name(user)
+    reason = f"asked again with the current state by {actor}"
+    with transaction.atomic():
+        won = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
+            status=ApprovalStatus.INVALIDATED, invalidated_reason=reason
+        )
+        current = Approval.objects.select_related("run").get(pk=approval.pk)
+        if not won:
+            raise DecisionConflict(_why_not_pending(current), current)
+        audit_record(
+            tenant=approval.tenant,
+            actor=actor,
+            action="approval.ask_again",
+            object_type="approval",
+            object_id=approval.pk,
+            before={"status": ApprovalStatus.PENDING.value},
+            after={"status": current.status, "invalidated_reason": reason},
+            request=request,
+        )
+    run_resume(current.run_id, by=actor)
+    return current
 
 
 def approval_rerequest(*, approval: Approval, user, request=None) -> Approval:
@@ -238,8 +333,8 @@ def approvals_resume_duty(sweep_pass: SweepPass) -> None:
 
 def runs_with_decided_approvals(*, limit: int = 500) -> list:
     """Runs still waiting for approval whose step's latest approval needs no more
-    waiting: decided, or expired and requested again (a lost wake-up, repaired by
-    the sweeper)."""
+    waiting: decided, expired and requested again, or invalidated (asked again on the
+    current state) — a lost wake-up, repaired by the sweeper."""
     latest = Approval.objects.filter(
         run_id=OuterRef("pk"), step_id=OuterRef("current_step")
     ).order_by("-id")
@@ -250,7 +345,13 @@ def runs_with_decided_approvals(*, limit: int = 500) -> list:
             rerequested=Subquery(latest.values("rerequested_at")[:1]),
         )
         .filter(
-            Q(approval_status__in=[ApprovalStatus.APPROVED, ApprovalStatus.REJECTED])
+            Q(
+                approval_status__in=[
+                    ApprovalStatus.APPROVED,
+                    ApprovalStatus.REJECTED,
+                    ApprovalStatus.INVALIDATED,
+                ]
+            )
             | Q(approval_status=ApprovalStatus.EXPIRED, rerequested__isnull=False)
         )
         .values_list("id", flat=True)[:limit]

@@ -16,4 +16,9 @@ urlpatterns = [
         views.approval_rerequest_view,
         name="approval-rerequest",
     ),
+    path(
+        "approvals/<int:approval_id>/ask-again",
+        views.approval_ask_again_view,
+        name="approval-ask-again",
+    ),
 ]

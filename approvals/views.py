@@ -29,6 +29,8 @@ from approvals.services import (
     REJECT,
     DecisionConflict,
     DecisionRefused,
+    ResourceChanged,
+    approval_ask_again,
     approval_decide,
     approval_rerequest,
     approval_resource_now,
@@ -74,7 +76,9 @@ def approval_resource(request: HttpRequest, approval_id: int) -> HttpResponse:
     approval = _approval_or_404(request, approval_id)
     reading = Reading.of(approval, approval_resource_now(approval))
     if request.htmx:
-        context = {"approval": approval, "reading": reading}
+        # oob: a reading that shows changes also swaps the card's Approve for
+        # "Ask again with the current state" (approve_slot, by its id).
+        context = {"approval": approval, "reading": reading, "oob": True}
         return render(request, "approvals/inbox.html#resource_now", context)
     viewer = _viewer(request)
     return _detail(request, viewer, approval_card(viewer, approval, reading=reading))
@@ -110,6 +114,10 @@ def approval_decide_view(request: HttpRequest, approval_id: int) -> HttpResponse
         )
     except DecisionRefused as exc:
         return _answer(request, approval, status=403, note=note, error=f"Not decided: {exc}.")
+    except ResourceChanged as exc:
+        reading = Reading.of(exc.approval, exc.now)
+        error = f"Not decided: {exc}."
+        return _answer(request, exc.approval, status=409, note=note, error=error, reading=reading)
     except DecisionConflict as exc:
         return _answer(request, exc.approval, status=409, error=f"Not decided: {exc}.")
     approval.run.refresh_from_db(fields=["status"])  # woken by the decision
@@ -134,6 +142,24 @@ def approval_rerequest_view(request: HttpRequest, approval_id: int) -> HttpRespo
     message = (
         f"Asked again for approval {approval.pk}: the run reads the resource afresh "
         "and a new approval appears in the inbox."
+    )
+    if request.htmx:
+        return _answer(request, approval, flash=message)
+    messages.success(request, message)
+    return redirect("approval-inbox")
+
+
+@require_POST
+@operator_required("decide_approvals")
+def approval_ask_again_view(request: HttpRequest, approval_id: int) -> HttpResponse:
+    approval = _approval_or_404(request, approval_id)
+    try:
+        approval = approval_ask_again(approval=approval, user=request.user, request=request)
+    except DecisionConflict as exc:
+        return _answer(request, exc.approval, status=409, error=f"Not asked again: {exc}.")
+    message = (
+        f"Asked again for approval {approval.pk} with the current state: the run reads "
+        f"{approval.resource} and a new approval listing what changed appears in the inbox."
     )
     if request.htmx:
         return _answer(request, approval, flash=message)

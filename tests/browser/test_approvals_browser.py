@@ -1,6 +1,9 @@
-"""An approver sees a refund waiting, approves it in place, and the run finishes."""
+"""An approver sees a refund waiting, approves it in place, and the run finishes; a
+payment changed from outside takes Approve away and is asked again."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from django.contrib.auth.models import Group
@@ -8,7 +11,7 @@ from playwright.sync_api import expect
 
 from accounts.models import AuditEntry
 from agentruns.services import run_start
-from approvals.models import ApprovalAuthority
+from approvals.models import Approval, ApprovalAuthority
 from tests.harness import SCREENSHOTS
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
@@ -104,3 +107,55 @@ def test_an_approver_approves_a_refund_and_watches_the_run_finish(
     expect(page.locator("ul.audit")).to_contain_text("user:ann approval.approve")
     screenshot("approvals-detail")
     _narrow(page, "approvals-detail")
+
+
+def test_a_payment_changed_from_outside_takes_approve_away_and_is_asked_again(
+    page, live_server_url, sandbox, tenant, make_operator, workers, screenshot
+):
+    make_operator(tenant, "approver", username="ann")
+    ApprovalAuthority.objects.create(
+        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=50_000
+    )
+    _log_in(page, live_server_url, "ann")
+    run, _ = run_start(
+        tenant=tenant,
+        agent_name="refund_support",
+        input={"order_id": "ord_1001", "amount": 6000},
+        request_id="browser-approval-stale",
+        requested_by="user:requester",
+    )
+    badge = page.locator("#attention a[href='/approvals/'] .badge")
+    expect(badge).to_have_text("1", timeout=20_000)
+    page.reload()
+    card = page.locator("article.approval")
+    expect(card.locator(".resource-now")).to_contain_text("Unchanged since it was asked.")
+    expect(card.locator("button[value=approve]")).to_be_visible()
+
+    # Someone refunds 5.00 EUR of the payment in the provider's own dashboard.
+    payment_intent = sandbox.get("/shop/orders/ord_1001").json()["payment_intent"]
+    sandbox.client().v1.refunds.create(params={"payment_intent": payment_intent, "amount": 500})
+    page.reload()
+    # Once the reading loads, Approve is gone; Reject stays; ask again is offered.
+    expect(card.locator(".resource-now")).to_contain_text("amount_refunded: 0 → 500")
+    expect(card.locator("button[value=approve]")).to_have_count(0)
+    expect(card.locator("button[value=reject]")).to_be_visible()
+    ask_again = card.get_by_role("button", name="Ask again with the current state")
+    expect(ask_again).to_be_visible()
+    screenshot("approvals-resource-changed")
+    _narrow(page, "approvals-resource-changed")
+
+    ask_again.click()
+    expect(card.locator(".approval-head .state")).to_have_text("invalidated")
+    expect(card).to_contain_text("asked again with the current state by user:ann")
+    assert AuditEntry.objects.filter(action="approval.ask_again").count() == 1
+    # The worker reads the payment afresh and asks for a new approval.
+    deadline = time.monotonic() + 20
+    while not Approval.objects.filter(run=run, status="pending").exists():
+        assert time.monotonic() < deadline, "no new approval was asked for"
+        time.sleep(0.2)
+    page.reload()
+    fresh = page.locator("article.approval")
+    expect(fresh.locator(".replaces")).to_contain_text("amount_refunded: 0 → 500", timeout=20_000)
+    expect(fresh.locator(".resource-now")).to_contain_text("Unchanged since it was asked.")
+    expect(fresh.locator("button[value=approve]")).to_be_visible()
+    screenshot("approvals-asked-again")
