@@ -15,5 +15,8 @@ class ApprovalAdmin(RecordOfTruthAdmin):
 
 @admin.register(ApprovalAuthority)
 class ApprovalAuthorityAdmin(AuditedAdmin):
-    list_display = ["tenant", "group", "max_amount"]
-    list_filter = ["tenant"]
+    """A limit per role, tenant and currency: no row for a currency, no authority in it."""
+
+    list_display = ["tenant", "group", "currency", "max_amount"]
+    list_filter = ["tenant", "currency"]
+    fields = ["tenant", "group", "currency", "max_amount"]

@@ -7,7 +7,7 @@ all. The guard re-checks everything in SQL with the database's clock (DESIGN
 §8, §12.10): approved (or already consumed by this very effect), the argument
 hash, the tenant, the expiry, the approver still active, still an operator of
 the tenant, still holding the approve permission and the authority for the
-amount, and the resource fingerprint.
+amount in its currency, and the resource fingerprint.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ def _approver_still_authorised() -> Exists:
     app_label, codename = PERMISSION
     # The permission by its name, not a cached id: ids differ between databases.
     permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
-    # A role's authority in the approval's tenant covers its amount (no limit when empty).
+    # A role's authority in the approval's tenant and in the approval's currency
+    # covers its amount (no limit when empty); a limit in another currency never does.
     authority = ApprovalAuthority.objects.filter(
         Q(max_amount__isnull=True) | Q(max_amount__gte=OuterRef(OuterRef("amount"))),
         group__user=OuterRef("pk"),
         tenant_id=OuterRef(OuterRef("tenant_id")),
+        currency=OuterRef(OuterRef("currency")),
     )
     return Exists(
         User.objects.filter(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Tenant
+from agentruns.money import format_amount
 
 
 class ApprovalStatus(models.TextChoices):
@@ -121,25 +123,41 @@ class Approval(models.Model):
 
 
 class ApprovalAuthority(models.Model):
-    """The largest amount (minor units, any currency) a role may approve in a tenant.
+    """The largest amount (minor units of ``currency``) a role may approve in a tenant.
 
-    An approver's authority is the largest of their roles'; a role without a row
-    may approve only actions that move no money. No limit when ``max_amount`` is
-    empty.
+    Authority is per currency: a limit of 500.00 EUR says nothing about JPY, so an
+    amount is covered only by a row in its own currency, and a role without a row
+    for that currency may not approve it (only actions that move no money). An
+    approver's limit in a currency is the largest of their roles'; no limit when
+    ``max_amount`` is empty.
     """
 
     tenant = models.ForeignKey(
         Tenant, on_delete=models.CASCADE, related_name="approval_authorities"
     )
     group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="+")
+    # Lower case, as providers and the approvals' own ``currency`` write it: the
+    # decision and the engine's guard compare the two as they are.
+    currency = models.CharField(
+        max_length=3,
+        validators=[
+            RegexValidator(r"^[a-z]{3}$", "A lower-case ISO 4217 code, such as eur or jpy.")
+        ],
+    )
     max_amount = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "approval authorities"
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "group"], name="authority_one_per_role")
+            models.UniqueConstraint(
+                fields=["tenant", "group", "currency"], name="authority_one_per_role_currency"
+            )
         ]
 
     def __str__(self) -> str:
-        limit = "no limit" if self.max_amount is None else f"up to {self.max_amount}"
-        return f"{self.group} in {self.tenant.slug}: {limit}"
+        limit = (
+            "no limit"
+            if self.max_amount is None
+            else f"up to {format_amount(self.max_amount, self.currency)}"
+        )
+        return f"{self.group} in {self.tenant.slug}, {self.currency.upper()}: {limit}"

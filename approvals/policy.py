@@ -6,8 +6,6 @@ first send (approvals.gate); these are their words for a person.
 
 from __future__ import annotations
 
-from django.db.models import Max
-
 from accounts.models import Tenant
 from agentruns.money import format_amount
 from approvals.models import ApprovalAuthority
@@ -15,20 +13,33 @@ from approvals.models import ApprovalAuthority
 DECIDE_PERMISSION = "accounts.decide_approvals"
 
 
-def authority_for(user, tenant: Tenant) -> tuple[bool, int | None]:
-    """(has any authority, the largest amount or None for no limit) in ``tenant``."""
+def limits_for(user, tenant: Tenant) -> dict[str, int | None]:
+    """Each currency ``user``'s roles hold authority in, in ``tenant`` → the largest
+    amount they may approve in it (None: no limit). A superuser needs none (see
+    ``authority_for``)."""
+    limits: dict[str, int | None] = {}
+    rows = ApprovalAuthority.objects.filter(tenant=tenant, group__in=user.groups.all())
+    for currency, max_amount in rows.values_list("currency", "max_amount"):
+        if currency not in limits:
+            limits[currency] = max_amount
+        elif limits[currency] is not None:
+            limits[currency] = None if max_amount is None else max(limits[currency], max_amount)
+    return limits
+
+
+def authority_for(user, tenant: Tenant, currency: str) -> tuple[bool, int | None]:
+    """(has authority in ``currency``, the largest amount or None for no limit) in
+    ``tenant``. Only a row in that same currency counts."""
     if user.is_superuser:
         return True, None
-    rows = ApprovalAuthority.objects.filter(tenant=tenant, group__in=user.groups.all())
-    if not rows.exists():
+    limits = limits_for(user, tenant)
+    if currency not in limits:
         return False, None
-    if rows.filter(max_amount__isnull=True).exists():
-        return True, None
-    return True, rows.aggregate(limit=Max("max_amount"))["limit"]
+    return True, limits[currency]
 
 
-def approver_problem(user, tenant: Tenant, amount: int | None, currency: str = "") -> str | None:
-    """Why ``user`` may not decide an approval of ``amount`` in ``tenant``, or None."""
+def approver_problem(user, tenant: Tenant, amount: int | None, currency: str) -> str | None:
+    """Why ``user`` may not decide an approval of ``amount`` ``currency`` in ``tenant``, or None."""
     if not user.is_active:
         return "the account is deactivated"
     operator = getattr(user, "operator", None)
@@ -38,9 +49,11 @@ def approver_problem(user, tenant: Tenant, amount: int | None, currency: str = "
         return "the role does not allow deciding approvals"
     if amount is None:
         return None
-    has_authority, limit = authority_for(user, tenant)
+    has_authority, limit = authority_for(user, tenant, currency)
     if not has_authority:
-        return f"no approval limit is set for the role in {tenant}"
+        if not currency:
+            return f"the amount {amount} has no currency, so no approval authority covers it"
+        return f"you have no approval authority in {currency.upper()}"
     if limit is not None and amount > limit:
         return (
             f"the amount {format_amount(amount, currency)} is above the role's limit of "
@@ -49,4 +62,4 @@ def approver_problem(user, tenant: Tenant, amount: int | None, currency: str = "
     return None
 
 
-__all__ = ["DECIDE_PERMISSION", "approver_problem", "authority_for"]
+__all__ = ["DECIDE_PERMISSION", "approver_problem", "authority_for", "limits_for"]

@@ -14,7 +14,7 @@ from agentruns.money import format_amount
 from agentruns.runtime import canonical_json
 from agentruns.services import get_registry
 from approvals.models import Approval, ApprovalStatus
-from approvals.policy import approver_problem, authority_for
+from approvals.policy import approver_problem, limits_for
 from approvals.services import ResourceNow, approval_used_by
 
 PAGE_SIZE = 100
@@ -31,26 +31,46 @@ class Viewer:
     actor: str
     # Why they can decide no approval at all (account, tenant, role), or None.
     problem: str | None
-    has_authority: bool
-    limit: int | None
+    # The largest amount they may approve in each currency they hold authority in
+    # (None: no limit in it); a currency missing here is one they may not approve in.
+    limits: dict[str, int | None]
+    # A superuser: any amount in any currency.
+    unlimited: bool
     may_rerequest: bool
 
     @classmethod
     def of(cls, user, tenant: Tenant, *, actor: str) -> Viewer:
-        has_authority, limit = authority_for(user, tenant)
         return cls(
             user=user,
             tenant=tenant,
             actor=actor,
-            problem=approver_problem(user, tenant, None),
-            has_authority=has_authority,
-            limit=limit,
+            problem=approver_problem(user, tenant, None, ""),
+            limits=limits_for(user, tenant),
+            unlimited=user.is_superuser,
             may_rerequest=user.has_perm("accounts.retry_runs"),
         )
 
     @property
+    def has_authority(self) -> bool:
+        return self.unlimited or bool(self.limits)
+
+    @property
     def limit_text(self) -> str:
-        return format_amount(self.limit)
+        """One limit per currency held ("500.00 EUR, 8,000 JPY"); "no limit" for a superuser."""
+        if self.unlimited:
+            return "no limit"
+        return ", ".join(
+            f"no limit in {currency.upper()}" if limit is None else format_amount(limit, currency)
+            for currency, limit in sorted(self.limits.items())
+        )
+
+    def covers(self, amount: int, currency: str) -> bool:
+        if self.unlimited:
+            return True
+        if currency not in self.limits:
+            return False
+        limit = self.limits[currency]
+        return limit is None or amount <= limit
 
     def why_not(self, approval: Approval) -> str:
         """Why this viewer gets no decision buttons on ``approval``; "" when they may decide."""
@@ -58,9 +78,7 @@ class Viewer:
             return "You asked for this action; another approver must decide it."
         if self.problem:
             return f"You cannot decide approvals: {self.problem}."
-        if approval.amount is None or (
-            self.has_authority and (self.limit is None or approval.amount <= self.limit)
-        ):
+        if approval.amount is None or self.covers(approval.amount, approval.currency):
             return ""
         # Refused: in the policy's own words (the same the decision would give).
         problem = approver_problem(self.user, self.tenant, approval.amount, approval.currency)

@@ -38,9 +38,12 @@ def world(sandbox, settings, tenant) -> World:
 
 @pytest.fixture
 def approver(tenant, make_operator):
-    """An approver of the tenant whose role may approve up to 500.00."""
+    """An approver of the tenant whose role may approve up to 500.00 EUR."""
     user = make_operator(tenant, "approver", username="ann")
     ApprovalAuthority.objects.update_or_create(
-        tenant=tenant, group=Group.objects.get(name="approver"), defaults={"max_amount": 50_000}
+        tenant=tenant,
+        group=Group.objects.get(name="approver"),
+        currency="eur",
+        defaults={"max_amount": 50_000},
     )
     return user

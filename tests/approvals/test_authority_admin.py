@@ -13,10 +13,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_raising_an_approvers_limit_in_the_admin_is_audited(admin_client, tenant):
     group = Group.objects.get_or_create(name="approver")[0]
-    authority = ApprovalAuthority.objects.create(tenant=tenant, group=group, max_amount=10_000)
+    authority = ApprovalAuthority.objects.create(
+        tenant=tenant, group=group, currency="eur", max_amount=10_000
+    )
     response = admin_client.post(
         f"/admin/approvals/approvalauthority/{authority.pk}/change/",
-        {"tenant": tenant.pk, "group": group.pk, "max_amount": 1_000_000},
+        {"tenant": tenant.pk, "group": group.pk, "currency": "eur", "max_amount": 1_000_000},
     )
     assert response.status_code == 302
     [entry] = AuditEntry.objects.filter(object_type="approvalauthority")
@@ -27,7 +29,9 @@ def test_raising_an_approvers_limit_in_the_admin_is_audited(admin_client, tenant
 
 def test_an_authority_deleted_in_the_admin_is_audited(admin_client, tenant):
     group = Group.objects.get_or_create(name="approver")[0]
-    authority = ApprovalAuthority.objects.create(tenant=tenant, group=group, max_amount=10_000)
+    authority = ApprovalAuthority.objects.create(
+        tenant=tenant, group=group, currency="eur", max_amount=10_000
+    )
     response = admin_client.post(
         f"/admin/approvals/approvalauthority/{authority.pk}/delete/", {"post": "yes"}
     )
@@ -35,3 +39,43 @@ def test_an_authority_deleted_in_the_admin_is_audited(admin_client, tenant):
     assert not ApprovalAuthority.objects.filter(pk=authority.pk).exists()
     [entry] = AuditEntry.objects.filter(object_type="approvalauthority")
     assert entry.action == "admin.delete" and entry.before["max_amount"] == 10_000
+
+
+def test_the_admin_shows_and_edits_an_authoritys_currency(admin_client, tenant):
+    group = Group.objects.get_or_create(name="approver")[0]
+    authority = ApprovalAuthority.objects.create(
+        tenant=tenant, group=group, currency="eur", max_amount=10_000
+    )
+    listing = admin_client.get("/admin/approvals/approvalauthority/").content.decode()
+    assert "eur" in listing
+    url = f"/admin/approvals/approvalauthority/{authority.pk}/change/"
+    assert 'name="currency"' in admin_client.get(url).content.decode()
+    upper = admin_client.post(
+        url, {"tenant": tenant.pk, "group": group.pk, "currency": "JPY", "max_amount": 8_000}
+    )
+    assert upper.status_code == 200  # refused: currencies are lower case, as approvals have them
+    assert "A lower-case ISO 4217 code" in upper.content.decode()
+    response = admin_client.post(
+        url, {"tenant": tenant.pk, "group": group.pk, "currency": "jpy", "max_amount": 8_000}
+    )
+    assert response.status_code == 302
+    authority.refresh_from_db()
+    assert (authority.currency, authority.max_amount) == ("jpy", 8_000)
+    [entry] = AuditEntry.objects.filter(object_type="approvalauthority")
+    assert entry.before["currency"] == "eur" and entry.after["currency"] == "jpy"
+
+
+def test_a_role_may_hold_one_authority_per_currency(admin_client, tenant):
+    group = Group.objects.get_or_create(name="approver")[0]
+    ApprovalAuthority.objects.create(tenant=tenant, group=group, currency="eur", max_amount=1)
+    response = admin_client.post(
+        "/admin/approvals/approvalauthority/add/",
+        {"tenant": tenant.pk, "group": group.pk, "currency": "jpy", "max_amount": 8_000},
+    )
+    assert response.status_code == 302
+    again = admin_client.post(
+        "/admin/approvals/approvalauthority/add/",
+        {"tenant": tenant.pk, "group": group.pk, "currency": "jpy", "max_amount": 9_000},
+    )
+    assert again.status_code == 200  # the same role, tenant and currency twice is refused
+    assert ApprovalAuthority.objects.filter(tenant=tenant, group=group).count() == 2

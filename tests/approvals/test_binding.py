@@ -332,9 +332,11 @@ def test_a_role_limit_is_per_tenant(world, tenant, other_tenant, make_operator):
 
     user = make_operator(tenant, "approver", username="bo")
     group = Group.objects.get(name="approver")
-    ApprovalAuthority.objects.create(tenant=other_tenant, group=group, max_amount=None)
-    assert "no approval limit" in approver_problem(user, tenant, 100, "eur")
-    ApprovalAuthority.objects.create(tenant=tenant, group=group, max_amount=100)
+    ApprovalAuthority.objects.create(
+        tenant=other_tenant, group=group, currency="eur", max_amount=None
+    )
+    assert approver_problem(user, tenant, 100, "eur") == "you have no approval authority in EUR"
+    ApprovalAuthority.objects.create(tenant=tenant, group=group, currency="eur", max_amount=100)
     assert approver_problem(user, tenant, 100, "eur") is None
     assert "above the role's limit of 1.00 EUR" in approver_problem(user, tenant, 101, "eur")
 
@@ -360,7 +362,10 @@ def test_an_approval_of_another_tenant_fails_even_when_its_approver_is_that_tena
     approver.operator.tenant = other_tenant
     approver.operator.save()
     ApprovalAuthority.objects.create(
-        tenant=other_tenant, group=Group.objects.get(name="approver"), max_amount=None
+        tenant=other_tenant,
+        group=Group.objects.get(name="approver"),
+        currency="eur",
+        max_amount=None,
     )
     _assert_invalidated_and_asked_again(world, run, approval, "another tenant")
     assert world.refunds()["count"] == 0

@@ -65,7 +65,7 @@ def test_the_inbox_shows_the_exact_call_and_what_the_viewer_may_do(ann, pending)
     assert "user:requester" in page
     assert "amount_received" in page  # the resource's state when asked
     assert f'hx-get="/approvals/{pending.pk}/resource/"' in page  # and now, loaded lazily
-    assert "Your limit: 500.00." in page
+    assert "Your limit: 500.00 EUR." in page
     assert 'name="decision" value="approve"' in page
     assert "expires in" in page
 
@@ -242,7 +242,7 @@ def test_an_approver_above_his_limit_is_refused(ann, pending, tenant):
     approvers = Group.objects.get(name="approver")
     ApprovalAuthority.objects.filter(tenant=tenant, group=approvers).update(max_amount=1000)
     page = ann.get("/approvals/").content.decode()
-    assert "Your limit: 10.00." in page
+    assert "Your limit: 10.00 EUR." in page
     assert "above the role&#x27;s limit of 10.00 EUR" in page
     assert 'name="decision"' not in page
     response = _decide(ann, pending)

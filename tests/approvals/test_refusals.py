@@ -7,11 +7,12 @@ fully refunded payment, or in another currency than the payment's.
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Group
 from pydantic import BaseModel
 
 from agentruns.models import Step, StepStatus
 from agentruns.runtime import Registry, agent
-from approvals.models import Approval, ApprovalStatus
+from approvals.models import Approval, ApprovalAuthority, ApprovalStatus
 from support.agents import refund_support
 from support.tools import _refund_refusal, issue_refund
 from tests.harness import ORDER
@@ -106,6 +107,10 @@ def refund_in_yen(ctx, input):
 
 
 def test_a_refund_in_another_currency_is_never_sent_even_with_an_approval(client, approver, world):
+    # Authority in yen too: only the provider's refusal may stop this one.
+    ApprovalAuthority.objects.create(
+        tenant=world.tenant, group=Group.objects.get(name="approver"), currency="jpy"
+    )
     world.harness.registry = Registry([refund_support, refund_in_yen])
     world.harness.engine = world.harness.build()
     run = world.harness.start(

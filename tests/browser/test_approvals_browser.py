@@ -48,7 +48,7 @@ def test_an_approver_approves_a_refund_and_watches_the_run_finish(
 ):
     make_operator(tenant, "approver", username="ann")
     ApprovalAuthority.objects.create(
-        tenant=tenant, group=Group.objects.get(name="approver"), max_amount=50_000
+        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=50_000
     )
     _log_in(page, live_server_url, "ann")
     expect(page.locator(".empty-state")).to_contain_text("No approvals are waiting.")
@@ -68,7 +68,7 @@ def test_an_approver_approves_a_refund_and_watches_the_run_finish(
     card = page.locator("article.approval")
     expect(card).to_have_count(1)
     expect(card).to_contain_text("Refund 60.00 EUR of order ord_1001")
-    expect(page.locator(".viewer-limit")).to_contain_text("Your limit: 500.00.")
+    expect(page.locator(".viewer-limit")).to_contain_text("Your limit: 500.00 EUR.")
     # The payment's state now, read from the provider after the page loaded.
     expect(card.locator(".resource-now")).to_contain_text("Unchanged since it was asked.")
     screenshot("approvals-inbox-before")

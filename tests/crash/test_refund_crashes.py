@@ -357,7 +357,7 @@ user = get_user_model().objects.create_user("ann", password="crash-test")
 Operator.objects.create(user=user, tenant=tenant)
 group = Group.objects.get(name="approver")
 user.groups.add(group)
-ApprovalAuthority.objects.create(tenant=tenant, group=group, max_amount=None)
+ApprovalAuthority.objects.create(tenant=tenant, group=group, currency="eur", max_amount=None)
 """
 
 APPROVE = """

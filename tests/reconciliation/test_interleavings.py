@@ -36,7 +36,7 @@ def approver(tenant, make_operator):
     tenant.save()
     user = make_operator(tenant, "approver", username="ann")
     ApprovalAuthority.objects.create(
-        tenant=tenant, group=Group.objects.get(name="approver"), max_amount=None
+        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=None
     )
     return user
 

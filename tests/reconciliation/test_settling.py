@@ -371,7 +371,7 @@ def test_a_retry_of_an_approved_refund_reuses_its_approval_while_it_still_holds(
 
     approver = make_operator(tenant, "approver", username="ann")
     ApprovalAuthority.objects.create(
-        tenant=tenant, group=Group.objects.get(name="approver"), max_amount=None
+        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=None
     )
     run = world.start(amount=6000)
     assert world.harness.advance(run) == "suspended:waiting_for_approval"

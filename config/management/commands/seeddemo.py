@@ -43,8 +43,8 @@ class Command(BaseCommand):
         if admin_group is not None:
             user.groups.add(admin_group)
         approver = self._operator(tenant, "ann", "approver", password)
-        self._authority(tenant, "approver", 10_000)  # 100.00 in any currency
-        self._authority(tenant, "admin", None)  # no limit
+        self._authority(tenant, "approver", 10_000)  # 100.00 EUR
+        self._authority(tenant, "admin", None)  # no limit in EUR
         call_command("seedsandbox", stdout=self.stdout)
         known = set(get_registry().names())
         started = 0
@@ -88,6 +88,7 @@ class Command(BaseCommand):
     def _authority(self, tenant, group_name: str, max_amount: int | None) -> None:
         group = Group.objects.filter(name=group_name).first()
         if group is not None:
+            # In EUR: the sandbox shop's orders are.
             ApprovalAuthority.objects.get_or_create(
-                tenant=tenant, group=group, defaults={"max_amount": max_amount}
+                tenant=tenant, group=group, currency="eur", defaults={"max_amount": max_amount}
             )
