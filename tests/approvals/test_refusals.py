@@ -160,3 +160,20 @@ def test_a_refund_in_another_currency_is_never_sent_even_with_an_approval(client
 )
 def test_the_refund_policy_names_what_the_provider_will_refuse(args, state, reason):
     assert _refund_refusal(args, state) == reason
+
+
+def test_the_card_says_what_the_provider_will_refuse_even_to_someone_who_cannot_decide(
+    client, tenant, make_operator, world
+):
+    order = world.sandbox.get(f"/shop/orders/{SMALL_ORDER}").json()
+    run = world.harness.start(
+        "refund_support", {"order_id": SMALL_ORDER, "amount": 8000}, requested_by="user:bob"
+    )
+    assert world.harness.advance(run) == "suspended:waiting_for_approval"
+    approval = world.waiting_approval(run)
+    client.force_login(make_operator(tenant, "viewer", username="vic"))
+    page = client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "The provider will refuse this: 80.00 EUR is more than the 45.00 EUR" in page
+    assert "No decision buttons" in page
+    assert 'value="reject"' not in page
+    assert _refunds(world, order)["count"] == 0
