@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import smtplib
+import time
 from datetime import timedelta
 from typing import Literal
 
@@ -137,6 +138,22 @@ REFUND_APPROVAL = ApprovalPolicy(
     provider="payments (Stripe API)",
 )
 def issue_refund(request: dict, call: CallInfo) -> dict:
+    # The payment is read first, inside the one timeout the send was cleared for: a
+    # refund is never still in flight when its send budget has passed.
+    deadline = time.monotonic() + call.timeout
+    payment = adapters.payment_state(request["payment_intent"], timeout=call.timeout)
+    if payment["currency"] != request["currency"]:
+        # The provider refunds in the payment's own currency whatever is asked: an
+        # amount meant in one currency must never move in another. Nothing is sent.
+        raise ToolRefused(
+            f"not sent: the payment is in {payment['currency'].upper()}, not "
+            f"{request['currency'].upper()}",
+            error_class="currency_mismatch",
+        )
+    remaining = deadline - time.monotonic()
+    if remaining <= 0.5:
+        # Too little of the timeout left to send safely; nothing was sent: try again.
+        raise ProviderBusy("reading the payment used up the send's timeout", error_class="slow")
     metadata = {**request["metadata"], "holdfast_run_id": call.run_id}
     if call.approval_id is not None:
         # The provider's own record names the approval that authorised it. The
@@ -149,7 +166,7 @@ def issue_refund(request: dict, call: CallInfo) -> dict:
         reason=request["reason"],
         metadata=metadata,
         effect_key=call.effect_key,
-        timeout=call.timeout,
+        timeout=remaining,
     )
     if refund["currency"] != request["currency"]:
         # The refund happened (a fact); the agent learns the currency differed.
