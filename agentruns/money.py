@@ -29,6 +29,26 @@ def format_amount(amount: int | None, currency: str = "") -> str:
     return f"{value:,.{places}f} {currency.upper()}".strip()
 
 
+def state_changes(before: dict, after: dict) -> list[str]:
+    """What differs between two states of a resource, one line per field, sorted:
+    "amount_refunded: 0.00 EUR → 5.00 EUR". An ``amount``/``amount_…`` in minor units
+    beside a ``currency`` is shown as money in it."""
+    lines = []
+    for name in sorted(set(before) | set(after)):
+        then, now = before.get(name), after.get(name)
+        if then != now:
+            lines.append(f"{name}: {_shown(name, then, before)} → {_shown(name, now, after)}")
+    return lines
+
+
+def _shown(name: str, value, state: dict) -> str:
+    currency = state.get("currency")
+    money = name == "amount" or name.startswith("amount_")
+    if money and type(value) is int and isinstance(currency, str) and currency:
+        return format_amount(value, currency)
+    return str(value)
+
+
 def parse_amount(text: str, currency: str = "") -> int | None:
     """What an operator typed ("7.00", "1,250.5") in minor units; "" → None.
 

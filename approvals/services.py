@@ -13,6 +13,7 @@ from django.db.models import OuterRef, Q, Subquery
 from accounts.services import audit_record, user_actor_name
 from agentruns.dbclock import DbNow
 from agentruns.models import Run, RunStatus, Step
+from agentruns.money import state_changes
 from agentruns.runtime import CallInfo
 from agentruns.services import get_registry, run_resume
 from agentruns.sweeper import SweepPass
@@ -291,12 +292,7 @@ class ResourceNow:
     def changes_from(self, approval: Approval) -> list[str]:
         if self.state is None:
             return []
-        then = approval.resource_state or {}
-        return [
-            f"{name}: {then.get(name)} → {self.state.get(name)}"
-            for name in sorted(set(then) | set(self.state))
-            if then.get(name) != self.state.get(name)
-        ]
+        return state_changes(approval.resource_state or {}, self.state)
 
 
 def approval_resource_now(approval: Approval) -> ResourceNow:

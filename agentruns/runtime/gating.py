@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentruns.models import RunStatus, Step, StepStatus
+from agentruns.money import state_changes
 from agentruns.runtime.approval import ApprovalRequest, ApprovalState
 from agentruns.runtime.control import Suspend
 from agentruns.runtime.effects import content_hash
@@ -196,10 +197,7 @@ def request_approval(
         state = resource_state(claim, tool, step)
     changes = list(changes or [])
     if previous is not None:
-        for name in sorted(set(previous.resource_state) | set(state)):
-            before, after = previous.resource_state.get(name), state.get(name)
-            if before != after:
-                changes.append(f"{name}: {before} → {after}")
+        changes.extend(state_changes(previous.resource_state, state))
     money = policy.amount(args) if policy.amount is not None else None
     approval_id = claim.engine.approvals.request(
         ApprovalRequest(

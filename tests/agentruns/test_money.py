@@ -41,3 +41,21 @@ def test_typed_amounts_become_minor_units(typed, currency, minor):
 def test_what_is_not_an_amount_is_refused_with_a_reason(typed, currency):
     with pytest.raises(ValueError, match="amount"):
         parse_amount(typed, currency)
+
+
+def test_a_change_of_state_shows_amounts_as_money_in_the_states_currency():
+    from agentruns.money import state_changes
+
+    before = {"currency": "eur", "amount_received": 4500, "amount_refunded": 0, "status": "ok"}
+    after = {**before, "amount_refunded": 500, "status": "partly refunded"}
+    assert state_changes(before, after) == [
+        "amount_refunded: 0.00 EUR → 5.00 EUR",
+        "status: ok → partly refunded",
+    ]
+    assert state_changes(
+        {"amount": 8000, "currency": "jpy"}, {"amount": 7000, "currency": "jpy"}
+    ) == ["amount: 8,000 JPY → 7,000 JPY"]
+    # No currency, no unit to show: the value as it is.
+    assert state_changes({"amount_refunded": 0}, {"amount_refunded": 500}) == [
+        "amount_refunded: 0 → 500"
+    ]

@@ -67,7 +67,7 @@ def test_a_changed_reading_swaps_approve_for_ask_again(ann, pending, world):
     _refund_outside(world)
     body = _reading(ann, pending)
     assert body.lstrip().startswith(f'<div class="resource-now" id="resource-now-{pending.pk}"')
-    assert "Changed since it was asked" in body and "amount_refunded: 0 → 500" in body
+    assert "Changed since it was asked" in body and "amount_refunded: 0.00 EUR → 5.00 EUR" in body
     # The out-of-band part replaces the card's Approve, found by its id.
     assert f'id="approve-{pending.pk}" hx-swap-oob="true"' in body
     assert "Ask again with the current state" in body
@@ -101,7 +101,7 @@ def test_approving_a_changed_resource_is_refused_and_nothing_is_decided(ann, pen
     assert body.lstrip().startswith(f'<article id="approval-{pending.pk}"')
     assert (
         f"Not decided: {pending.resource} changed since this was asked: "
-        "amount_refunded: 0 → 500; ask again with the current state." in body
+        "amount_refunded: 0.00 EUR → 5.00 EUR; ask again with the current state." in body
     )
     assert 'value="approve"' not in body and "Ask again with the current state" in body
     pending.refresh_from_db()
@@ -141,7 +141,7 @@ def test_asking_again_invalidates_it_and_the_run_asks_anew_with_what_changed(ann
     assert world.harness.advance(run) == "suspended:waiting_for_approval"
     fresh = world.waiting_approval(run)
     assert fresh.replaces_id == pending.pk
-    assert "amount_refunded: 0 → 500" in fresh.changes
+    assert "amount_refunded: 0.00 EUR → 5.00 EUR" in fresh.changes
     assert fresh.resource_state["amount_refunded"] == 500
     page = ann.get("/approvals/").content.decode()
     assert f"Asked again for approval {pending.pk} with the current state" in page

@@ -168,7 +168,7 @@ def test_a_payment_refunded_meanwhile_invalidates_and_the_new_request_shows_it(w
         params={"payment_intent": world.order["payment_intent"], "amount": 500}
     )
     fresh = _assert_invalidated_and_asked_again(world, run, approval, "changed since")
-    assert "amount_refunded: 0 → 500" in fresh.changes
+    assert "amount_refunded: 0.00 EUR → 5.00 EUR" in fresh.changes
     assert fresh.resource_state["amount_refunded"] == 500
     assert world.refunds() == {"count": 1, "amount": 500}  # only the other refund
 

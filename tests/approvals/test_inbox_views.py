@@ -290,7 +290,7 @@ def test_the_resource_now_fragment_shows_the_state_and_what_changed(ann, pending
     )
     body = ann.get(f"/approvals/{pending.pk}/resource/", HTTP_HX_REQUEST="true").content.decode()
     assert "Changed since it was asked" in body
-    assert "amount_refunded: 0 → 500" in body
+    assert "amount_refunded: 0.00 EUR → 5.00 EUR" in body
 
 
 def test_the_resource_now_fragment_says_when_the_provider_cannot_be_read(ann, pending, settings):

@@ -136,7 +136,7 @@ def test_a_payment_changed_from_outside_takes_approve_away_and_is_asked_again(
     sandbox.client().v1.refunds.create(params={"payment_intent": payment_intent, "amount": 500})
     page.reload()
     # Once the reading loads, Approve is gone; Reject stays; ask again is offered.
-    expect(card.locator(".resource-now")).to_contain_text("amount_refunded: 0 → 500")
+    expect(card.locator(".resource-now")).to_contain_text("amount_refunded: 0.00 EUR → 5.00 EUR")
     expect(card.locator("button[value=approve]")).to_have_count(0)
     expect(card.locator("button[value=reject]")).to_be_visible()
     ask_again = card.get_by_role("button", name="Ask again with the current state")
@@ -155,7 +155,9 @@ def test_a_payment_changed_from_outside_takes_approve_away_and_is_asked_again(
         time.sleep(0.2)
     page.reload()
     fresh = page.locator("article.approval")
-    expect(fresh.locator(".replaces")).to_contain_text("amount_refunded: 0 → 500", timeout=20_000)
+    expect(fresh.locator(".replaces")).to_contain_text(
+        "amount_refunded: 0.00 EUR → 5.00 EUR", timeout=20_000
+    )
     expect(fresh.locator(".resource-now")).to_contain_text("Unchanged since it was asked.")
     expect(fresh.locator("button[value=approve]")).to_be_visible()
     screenshot("approvals-asked-again")
