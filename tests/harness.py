@@ -238,3 +238,16 @@ def resolve_as_seen(case, user, resolution, note="checked"):
         seen_lookup_id=newest.pk if newest else None,
         note=note,
     )
+
+
+def post_decision(client, approval, decision="approve", note="", args_hash=None, **extra):
+    """POST a decision on ``approval`` as the card's form does, with the hash it shows."""
+    return client.post(
+        f"/approvals/{approval.pk}/decide",
+        {
+            "decision": decision,
+            "note": note,
+            "args_hash": approval.args_hash if args_hash is None else args_hash,
+        },
+        **extra,
+    )

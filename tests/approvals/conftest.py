@@ -47,3 +47,18 @@ def approver(tenant, make_operator):
         defaults={"max_amount": 50_000},
     )
     return user
+
+
+@pytest.fixture
+def pending(world):
+    """A refund of 60.00 EUR waiting for approval, asked for by someone else."""
+    run = world.start_refund(requested_by="user:requester")
+    assert world.harness.advance(run) == "suspended:waiting_for_approval"
+    return world.waiting_approval(run)
+
+
+@pytest.fixture
+def ann(client, approver):
+    """The approver, logged in."""
+    client.force_login(approver)
+    return client

@@ -12,35 +12,15 @@ from approvals.models import Approval
 from approvals.services import runs_with_decided_approvals
 
 # Asking again wakes the run through the task queue (its own database on SQLite).
+from tests.harness import post_decision
+
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
-
-
-@pytest.fixture
-def pending(world):
-    """A refund of 60.00 EUR waiting for approval, asked for by someone else."""
-    run = world.start_refund(requested_by="user:requester")
-    assert world.harness.advance(run) == "suspended:waiting_for_approval"
-    return world.waiting_approval(run)
-
-
-@pytest.fixture
-def ann(client, approver):
-    client.force_login(approver)
-    return client
 
 
 def _refund_outside(world, amount=500):
     """Someone refunds part of the payment in the provider's own dashboard."""
     world.sandbox.client().v1.refunds.create(
         params={"payment_intent": world.order["payment_intent"], "amount": amount}
-    )
-
-
-def _decide(client, approval, decision="approve", note="", **extra):
-    return client.post(
-        f"/approvals/{approval.pk}/decide",
-        {"decision": decision, "note": note, "args_hash": approval.args_hash},
-        **extra,
     )
 
 
@@ -95,7 +75,7 @@ def test_a_reading_that_fails_keeps_approve_and_says_so(ann, pending, settings):
 
 def test_approving_a_changed_resource_is_refused_and_nothing_is_decided(ann, pending, world):
     _refund_outside(world)
-    response = _decide(ann, pending, HTTP_HX_REQUEST="true")
+    response = post_decision(ann, pending, HTTP_HX_REQUEST="true")
     body = response.content.decode()
     assert response.status_code == 409
     assert body.lstrip().startswith(f'<article id="approval-{pending.pk}"')
@@ -114,14 +94,14 @@ def test_approving_when_the_resource_cannot_be_read_is_refused_but_rejecting_wor
     ann, pending, settings
 ):
     settings.PAYMENTS_API_BASE = "http://127.0.0.1:9"  # nothing listens there
-    response = _decide(ann, pending)
+    response = post_decision(ann, pending)
     assert response.status_code == 403
     assert f"could not read {pending.resource} now" in response.content.decode()
     pending.refresh_from_db()
     assert pending.status == "pending"
     assert not AuditEntry.objects.exists()
     # Rejecting needs no reading.
-    assert _decide(ann, pending, "reject", note="cannot check it").status_code == 302
+    assert post_decision(ann, pending, "reject", note="cannot check it").status_code == 302
     pending.refresh_from_db()
     assert pending.status == "rejected"
 
@@ -159,7 +139,7 @@ def test_htmx_asking_again_gets_the_card(ann, pending, world):
 
 
 def test_asking_again_after_someone_decided_is_409(ann, pending):
-    assert _decide(ann, pending).status_code == 302
+    assert post_decision(ann, pending).status_code == 302
     response = _ask_again(ann, pending, HTTP_HX_REQUEST="true")
     assert response.status_code == 409
     assert "Not asked again: user:ann already approved it." in response.content.decode()
@@ -206,12 +186,12 @@ def test_asking_again_without_csrf_token_is_refused(approver, pending):
 
 
 def test_a_used_approval_says_which_refund_used_it(ann, pending, world):
-    assert _decide(ann, pending).status_code == 302
+    assert post_decision(ann, pending).status_code == 302
     run = Run.objects.get(pk=pending.run_id)
     assert world.harness.advance(run) == "finished:completed"
     reference = Step.objects.get(run=run, name="issue_refund").provider_reference
     assert reference.startswith("re_")
-    response = _decide(ann, pending, "reject", note="too late", HTTP_HX_REQUEST="true")
+    response = post_decision(ann, pending, "reject", note="too late", HTTP_HX_REQUEST="true")
     body = response.content.decode()
     assert response.status_code == 409
     assert f"Not decided: it was already used by refund {reference}; nothing was changed." in body

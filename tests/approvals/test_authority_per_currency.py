@@ -11,31 +11,18 @@ from django.contrib.auth.models import Group
 from approvals.models import Approval, ApprovalAuthority
 from approvals.policy import approver_problem
 from approvals.selectors import Viewer
-from approvals.services import approval_decide
 
 # A decision wakes the run through the task queue (its own database on SQLite).
+from approvals.services import approval_decide
+from tests.harness import post_decision
+
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
-
-
-@pytest.fixture
-def pending(world):
-    """A refund of 60.00 EUR waiting for approval, asked for by someone else."""
-    run = world.start_refund(requested_by="user:requester")
-    assert world.harness.advance(run) == "suspended:waiting_for_approval"
-    return world.waiting_approval(run)
 
 
 def _only_in_yen(tenant, max_amount=None):
     """The approver role's one authority becomes JPY (no limit in it by default)."""
     ApprovalAuthority.objects.filter(tenant=tenant, group__name="approver").update(
         currency="jpy", max_amount=max_amount
-    )
-
-
-def _decide(client, approval, decision="approve"):
-    return client.post(
-        f"/approvals/{approval.pk}/decide",
-        {"decision": decision, "note": "", "args_hash": approval.args_hash},
     )
 
 
@@ -72,7 +59,7 @@ def test_a_decision_on_euros_by_an_approver_with_only_yen_is_refused_with_the_re
     assert "Your limit: no limit in JPY." in page
     assert "You cannot decide this one: you have no approval authority in EUR." in page
     assert 'name="decision"' not in page
-    response = _decide(client, pending)
+    response = post_decision(client, pending)
     assert response.status_code == 403
     assert "you have no approval authority in EUR" in response.content.decode()
     pending.refresh_from_db()
@@ -83,7 +70,7 @@ def test_a_euro_limit_lets_the_approver_approve_euros_within_it(client, approver
     client.force_login(approver)
     page = client.get("/approvals/").content.decode()
     assert 'name="decision" value="approve"' in page
-    assert _decide(client, pending).status_code == 302
+    assert post_decision(client, pending).status_code == 302
     pending.refresh_from_db()
     assert pending.status == "approved"
 

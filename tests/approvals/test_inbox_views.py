@@ -14,33 +14,9 @@ from agentruns.models import Run
 from approvals.models import Approval, ApprovalAuthority
 
 # A decision wakes the run through the task queue (its own database on SQLite).
+from tests.harness import post_decision
+
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
-
-
-@pytest.fixture
-def pending(world):
-    """A refund of 60.00 EUR waiting for approval, asked for by someone else."""
-    run = world.start_refund(requested_by="user:requester")
-    assert world.harness.advance(run) == "suspended:waiting_for_approval"
-    return world.waiting_approval(run)
-
-
-@pytest.fixture
-def ann(client, approver):
-    client.force_login(approver)
-    return client
-
-
-def _decide(client, approval, decision="approve", note="", args_hash=None, **extra):
-    return client.post(
-        f"/approvals/{approval.pk}/decide",
-        {
-            "decision": decision,
-            "note": note,
-            "args_hash": approval.args_hash if args_hash is None else args_hash,
-        },
-        **extra,
-    )
 
 
 def test_the_pages_require_login(client, pending):
@@ -93,7 +69,9 @@ def test_the_inbox_filters_by_tool_and_agent(ann, pending):
 
 
 def test_the_decided_tab_says_who_decided_what_and_why(ann, pending, world):
-    assert _decide(ann, pending, "reject", note="the customer got a voucher").status_code == 302
+    assert (
+        post_decision(ann, pending, "reject", note="the customer got a voucher").status_code == 302
+    )
     waiting = ann.get("/approvals/").content.decode()
     assert f"approval-{pending.pk}" not in waiting
     decided = ann.get("/approvals/?show=decided").content.decode()
@@ -125,7 +103,7 @@ def test_another_tenants_approval_is_404(client, other_tenant, make_operator, pe
     assert f"approval-{pending.pk}" not in client.get("/approvals/").content.decode()
     assert client.get(f"/approvals/{pending.pk}/").status_code == 404
     assert client.get(f"/approvals/{pending.pk}/resource/").status_code == 404
-    assert _decide(client, pending).status_code == 404
+    assert post_decision(client, pending).status_code == 404
     assert client.post(f"/approvals/{pending.pk}/rerequest").status_code == 404
     pending.refresh_from_db()
     assert pending.status == "pending"
@@ -144,7 +122,7 @@ def test_the_pages_refuse_post(ann, pending):
 
 def test_a_viewer_posting_a_decision_gets_403(client, tenant, make_operator, pending):
     client.force_login(make_operator(tenant, "viewer"))
-    response = _decide(client, pending)
+    response = post_decision(client, pending)
     assert response.status_code == 403
     assert b"does not allow you to decide approvals" in response.content
     pending.refresh_from_db()
@@ -155,13 +133,13 @@ def test_a_viewer_posting_a_decision_gets_403(client, tenant, make_operator, pen
 def test_a_decision_without_csrf_token_is_refused(approver, pending):
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(approver)
-    assert _decide(strict, pending).status_code == 403
+    assert post_decision(strict, pending).status_code == 403
     pending.refresh_from_db()
     assert pending.status == "pending"
 
 
 def test_approving_wakes_the_run_and_is_audited(ann, pending):
-    response = _decide(ann, pending, note="checked with the customer")
+    response = post_decision(ann, pending, note="checked with the customer")
     assert response.status_code == 302 and response["Location"] == "/approvals/"
     pending.refresh_from_db()
     assert pending.status == "approved" and pending.decided_by_name == "user:ann"
@@ -174,7 +152,7 @@ def test_approving_wakes_the_run_and_is_audited(ann, pending):
 
 
 def test_htmx_gets_the_card_fragment(ann, pending):
-    response = _decide(ann, pending, HTTP_HX_REQUEST="true")
+    response = post_decision(ann, pending, HTTP_HX_REQUEST="true")
     body = response.content.decode()
     assert response.status_code == 200
     assert body.lstrip().startswith(f'<article id="approval-{pending.pk}"')
@@ -184,7 +162,7 @@ def test_htmx_gets_the_card_fragment(ann, pending):
 
 
 def test_an_unknown_decision_is_400(ann, pending):
-    response = _decide(ann, pending, "maybe", HTTP_HX_REQUEST="true")
+    response = post_decision(ann, pending, "maybe", HTTP_HX_REQUEST="true")
     assert response.status_code == 400
     assert "Choose Approve or Reject" in response.content.decode()
     pending.refresh_from_db()
@@ -192,7 +170,7 @@ def test_an_unknown_decision_is_400(ann, pending):
 
 
 def test_rejecting_without_a_note_is_refused_and_changes_nothing(ann, pending):
-    response = _decide(ann, pending, "reject", note="  ")
+    response = post_decision(ann, pending, "reject", note="  ")
     assert response.status_code == 403
     assert "say why the action is rejected" in response.content.decode()
     pending.refresh_from_db()
@@ -202,7 +180,7 @@ def test_rejecting_without_a_note_is_refused_and_changes_nothing(ann, pending):
 
 
 def test_a_tampered_hash_is_409_and_shows_the_current_version(ann, pending):
-    response = _decide(ann, pending, args_hash="0" * 64, HTTP_HX_REQUEST="true")
+    response = post_decision(ann, pending, args_hash="0" * 64, HTTP_HX_REQUEST="true")
     body = response.content.decode()
     assert response.status_code == 409
     assert "the arguments you saw are not the ones this approval is bound to" in body
@@ -214,8 +192,8 @@ def test_a_tampered_hash_is_409_and_shows_the_current_version(ann, pending):
 
 
 def test_deciding_twice_is_409_naming_who_decided(ann, pending):
-    assert _decide(ann, pending).status_code == 302
-    response = _decide(ann, pending, "reject", note="changed my mind")
+    assert post_decision(ann, pending).status_code == 302
+    response = post_decision(ann, pending, "reject", note="changed my mind")
     body = response.content.decode()
     assert response.status_code == 409
     assert "user:ann already approved it" in body
@@ -231,7 +209,7 @@ def test_the_requester_cannot_decide_his_own_request(ann, world):
     page = ann.get("/approvals/").content.decode()
     assert "You asked for this action; another approver must decide it." in page
     assert 'name="decision"' not in page
-    response = _decide(ann, approval)
+    response = post_decision(ann, approval)
     assert response.status_code == 403
     assert "you asked for this action" in response.content.decode()
     approval.refresh_from_db()
@@ -245,7 +223,7 @@ def test_an_approver_above_his_limit_is_refused(ann, pending, tenant):
     assert "Your limit: 10.00 EUR." in page
     assert "above the role&#x27;s limit of 10.00 EUR" in page
     assert 'name="decision"' not in page
-    response = _decide(ann, pending)
+    response = post_decision(ann, pending)
     assert response.status_code == 403
     assert "above the role&#x27;s limit" in response.content.decode()
     pending.refresh_from_db()
@@ -260,7 +238,7 @@ def test_an_inactive_user_is_logged_out(client, approver, pending):
     response = client.get("/approvals/")
     assert response.status_code == 302
     assert response["Location"].startswith("/accounts/login/")
-    assert _decide(client, pending).status_code == 302
+    assert post_decision(client, pending).status_code == 302
     pending.refresh_from_db()
     assert pending.status == "pending"
 
@@ -306,7 +284,7 @@ def test_without_javascript_the_resource_link_shows_the_approval_page(ann, pendi
 
 
 def test_the_detail_page_lists_the_approvals_audit_entries(ann, pending):
-    _decide(ann, pending, note="fine by me")
+    post_decision(ann, pending, note="fine by me")
     page = ann.get(f"/approvals/{pending.pk}/").content.decode()
     assert "user:ann approval.approve" in page
     assert "fine by me" in page

@@ -15,18 +15,11 @@ from agentruns.runtime import Registry, agent
 from approvals.models import Approval, ApprovalAuthority, ApprovalStatus
 from support.agents import refund_support
 from support.tools import _refund_refusal, issue_refund
-from tests.harness import ORDER
+from tests.harness import ORDER, post_decision
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 SMALL_ORDER = "ord_1004"  # a desk lamp: 45.00 EUR received
-
-
-def _decide(client, approval, decision="approve", note=""):
-    return client.post(
-        f"/approvals/{approval.pk}/decide",
-        {"decision": decision, "note": note, "args_hash": approval.args_hash},
-    )
 
 
 def _refunds(world, order: dict) -> dict:
@@ -48,13 +41,15 @@ def test_an_over_refund_is_not_offered_for_approval_and_the_card_says_why(client
     assert "The provider will refuse this: 80.00 EUR is more than the 45.00 EUR" in page
     assert 'value="approve"' not in page and 'value="reject"' in page
 
-    response = _decide(client, approval)
+    response = post_decision(client, approval)
     assert response.status_code == 403
     assert "the provider will refuse this action" in response.content.decode()
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING
 
-    assert _decide(client, approval, "reject", note="only 45.00 EUR was paid").status_code in (
+    assert post_decision(
+        client, approval, "reject", note="only 45.00 EUR was paid"
+    ).status_code in (
         200,
         302,
     )
@@ -69,7 +64,7 @@ def test_an_approved_refund_the_payment_no_longer_covers_is_refused_before_it_is
     assert world.harness.advance(run) == "suspended:waiting_for_approval"
     approval = world.waiting_approval(run)
     client.force_login(approver)
-    assert _decide(client, approval).status_code in (200, 302)
+    assert post_decision(client, approval).status_code in (200, 302)
     # Meanwhile someone refunds most of the payment in the provider's own dashboard.
     remaining = world.order["amount"] - approval.args["amount"] + 100
     world.sandbox.client().v1.refunds.create(
@@ -162,7 +157,7 @@ def test_the_refund_policy_names_what_the_provider_will_refuse(args, state, reas
     assert _refund_refusal(args, state) == reason
 
 
-def test_the_card_says_what_the_provider_will_refuse_even_to_someone_who_cannot_decide(
+def test_the_card_says_what_the_provider_will_refuse_even_to_someone_who_cannotpost_decision(
     client, tenant, make_operator, world
 ):
     order = world.sandbox.get(f"/shop/orders/{SMALL_ORDER}").json()
