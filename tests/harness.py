@@ -133,8 +133,21 @@ class Sandbox:
     url: str
     smtp_port: int
 
-    def get(self, path: str, **kwargs) -> requests.Response:
-        return requests.get(self.url + path, timeout=10, **kwargs)
+    def get(self, path: str, *, api_key: str = API_KEY, **kwargs) -> requests.Response:
+        """A GET as the account of ``api_key`` (the sandbox's own routes ignore it)."""
+        headers = {"Authorization": f"Bearer {api_key}", **kwargs.pop("headers", {})}
+        return requests.get(self.url + path, timeout=10, headers=headers, **kwargs)
+
+    def order(self, order_id: str, *, api_key: str = API_KEY) -> dict:
+        answer = self.get(f"/shop/orders/{order_id}", api_key=api_key)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def requests_of(self, api_key: str) -> list[dict]:
+        """What the account of ``api_key`` asked the provider, oldest first (its own log)."""
+        answer = self.get("/_sandbox/requests", params={"api_key": api_key})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["requests"]
 
     def post(self, path: str, **kwargs) -> requests.Response:
         return requests.post(self.url + path, timeout=10, **kwargs)

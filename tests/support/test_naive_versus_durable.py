@@ -7,7 +7,6 @@ Holdfast with the same failure, it refunds exactly once and completes.
 from __future__ import annotations
 
 import pytest
-import requests
 
 from agentruns.runtime import Registry, faults
 from support.agents import refund_support
@@ -24,7 +23,7 @@ class ReplyFailed(Exception):
 
 def naive_flow(sandbox, *, fail_at_step_3: bool) -> str:
     """Look up the order, refund it, write the reply: one function, no recorded steps."""
-    order = requests.get(f"{sandbox.url}/shop/orders/{ORDER}", timeout=5).json()
+    order = sandbox.order(ORDER)
     # The SDK makes up a fresh idempotency key for every call, as an application
     # without a stable operation id would.
     refund = sandbox.client().v1.refunds.create(
