@@ -15,6 +15,8 @@ class PaymentIntent(models.Model):
         SUCCEEDED = "succeeded"
 
     id = models.CharField(primary_key=True, max_length=64)
+    # sandbox.accounts.account_for(api_key) of the key that owns it; ids stay global.
+    account = models.CharField(max_length=64)
     amount = models.PositiveBigIntegerField()
     amount_received = models.PositiveBigIntegerField()
     currency = models.CharField(max_length=3)
@@ -24,6 +26,13 @@ class PaymentIntent(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=32, choices=Status.choices, default=Status.SUCCEEDED)
     created = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        indexes = [
+            # GET /v1/refunds without payment_intent: the account's refunds, reached
+            # through its payment intents; and /_sandbox/stats' refunds per account.
+            models.Index(fields=["account"], name="payment_intent_account"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.amount_received} {self.currency}"
@@ -97,6 +106,8 @@ class Order(models.Model):
     """An order in the shop the support agent looks up."""
 
     id = models.CharField(primary_key=True, max_length=64)
+    # The account of the key that may read it: its payment intent's account.
+    account = models.CharField(max_length=64)
     customer_name = models.CharField(max_length=200)
     customer_email = models.EmailField()
     items = models.JSONField(default=list)
@@ -106,6 +117,13 @@ class Order(models.Model):
         PaymentIntent, on_delete=models.PROTECT, related_name="orders"
     )
     created = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        indexes = [
+            # An account's orders, as a shop lists them (GET /shop/orders/<id> itself
+            # reads by primary key).
+            models.Index(fields=["account"], name="order_account"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.customer_email}"
@@ -148,3 +166,30 @@ class Fault(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.method or '*'} {self.path_prefix} x{self.remaining}"
+
+
+class ProviderRequest(models.Model):
+    """One request to ``/v1/...`` or ``/shop/...``, written before its reply is sent.
+
+    The provider's own record of what it was asked: a test proves that no provider call
+    was made by finding no row for its account.
+    """
+
+    # Blank when the request carried no API key (answered 401).
+    account = models.CharField(max_length=64, blank=True)
+    method = models.CharField(max_length=8)
+    # As sent on the request line, query string included.
+    path = models.TextField()
+    # Null when the reply was dropped (the drop_after_commit fault).
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    fault = models.CharField(max_length=32, choices=Fault.Kind.choices, blank=True)
+    received_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        indexes = [
+            # GET /_sandbox/requests?api_key=…: an account's newest requests.
+            models.Index(fields=["account", "id"], name="provider_request_account"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} -> {self.status or 'dropped'} {self.account or '-'}"

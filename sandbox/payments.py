@@ -3,6 +3,10 @@
 Wire format and semantics follow the stripe-python 16.1.0 contract (form-encoded bodies
 with bracket notation in, JSON objects carrying ``"object"`` out, ``{"error": {...}}`` for
 every non-2xx answer).
+
+Every operation takes the caller's ``account`` (``sandbox.accounts``) and sees only that
+account's payment intents and their refunds: another account's object gets the same 404
+``resource_missing`` as an id that does not exist, so a key learns nothing of the others.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Q, QuerySet, Sum
 
 from sandbox import clock
 from sandbox.models import DB, PaymentIntent, Refund
@@ -189,12 +193,12 @@ def validate_refund_create(params: dict[str, Any]) -> dict[str, Any]:
 # --- operations --------------------------------------------------------------------------
 
 
-def refund_create(request: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]:
+def refund_create(request: dict[str, Any], *, account: str, idempotency_key: str) -> dict[str, Any]:
     """Create a refund. Runs inside the caller's transaction on the sandbox database."""
     intent = (
         PaymentIntent.objects.using(DB)
         .select_for_update()
-        .filter(id=request["payment_intent"])
+        .filter(id=request["payment_intent"], account=account)
         .first()
     )
     if intent is None:
@@ -229,15 +233,18 @@ def refund_create(request: dict[str, Any], *, idempotency_key: str) -> dict[str,
     return refund_json(refund, intent.charge_id)
 
 
-def refund_retrieve(refund_id: str) -> dict[str, Any]:
-    refund = Refund.objects.using(DB).select_related("payment_intent").filter(id=refund_id)
-    found = refund.first()
+def _refunds_of(account: str) -> QuerySet[Refund]:
+    return Refund.objects.using(DB).filter(payment_intent__account=account)
+
+
+def refund_retrieve(refund_id: str, *, account: str) -> dict[str, Any]:
+    found = _refunds_of(account).select_related("payment_intent").filter(id=refund_id).first()
     if found is None:
         raise resource_missing("refund", refund_id)
     return refund_json(found, found.payment_intent.charge_id)
 
 
-def refund_list(params: dict[str, Any]) -> dict[str, Any]:
+def refund_list(params: dict[str, Any], *, account: str) -> dict[str, Any]:
     """Newest first, paged by ``starting_after`` / ``ending_before`` like every Stripe list."""
     limit = 10
     if params.get("limit") not in (None, ""):
@@ -245,13 +252,13 @@ def refund_list(params: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(raw, str) or not raw.isdigit() or not 1 <= int(raw) <= 100:
             raise ApiError(400, "Invalid integer: limit must be between 1 and 100", param="limit")
         limit = int(raw)
-    refunds = Refund.objects.using(DB).select_related("payment_intent")
+    refunds = _refunds_of(account).select_related("payment_intent")
     if params.get("payment_intent"):
         refunds = refunds.filter(payment_intent_id=params["payment_intent"])
     newest_first = ("-created", "-id")
 
     def cursor(param: str) -> Refund:
-        found = Refund.objects.using(DB).filter(id=params[param]).first()
+        found = _refunds_of(account).filter(id=params[param]).first()
         if found is None:
             raise resource_missing("refund", params[param], param)
         return found
@@ -278,8 +285,10 @@ def refund_list(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def payment_intent_retrieve(intent_id: str, params: dict[str, Any]) -> dict[str, Any]:
-    intent = PaymentIntent.objects.using(DB).filter(id=intent_id).first()
+def payment_intent_retrieve(
+    intent_id: str, params: dict[str, Any], *, account: str
+) -> dict[str, Any]:
+    intent = PaymentIntent.objects.using(DB).filter(id=intent_id, account=account).first()
     if intent is None:
         raise resource_missing("payment_intent", intent_id, "intent")
     return payment_intent_json(intent, expand=expand_fields(params))

@@ -3,10 +3,22 @@
 One thread per connection; each request uses the ORM on the ``sandbox`` database and
 closes its connections when it is done. Routes:
 
-- ``/v1/...``: Stripe's payments API (Bearer API key required);
-- ``/shop/orders/<id>``: the shop (no authentication, like a read-only partner API);
-- ``/_sandbox/...``: stats, received mail, faults, reset, seed and the test clock (no
-  authentication).
+- ``/v1/...``: Stripe's payments API: ``GET /v1/payment_intents/<id>``, ``POST
+  /v1/refunds``, ``GET /v1/refunds/<id>``, ``GET /v1/refunds`` (``payment_intent``,
+  ``limit``, ``starting_after``, ``ending_before``);
+- ``/shop/orders/<id>``: the shop, a partner API read with the same key;
+- ``/_sandbox/...``: stats, the request log (``GET /_sandbox/requests?api_key=`` or
+  ``?account=``), received mail, faults, reset and seed (JSON ``api_key`` and
+  ``first_number``) and the test clock (no authentication).
+
+Authentication: ``/v1`` and ``/shop`` need an API key, ``Authorization: Bearer <key>``
+(or Basic with the key as user name); without one they answer 401
+``authentication_error``. The key alone names the account (``sandbox.accounts``), and
+every read and write sees only that account's payment intents, refunds and orders:
+another account's object is the same 404 ``resource_missing`` as one that does not exist.
+
+Every ``/v1`` and ``/shop`` request, 401s, errors and faults included, is written to the
+request log (``sandbox.requestlog``) before its reply is sent.
 """
 
 from __future__ import annotations
@@ -19,18 +31,23 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
 from django.db import connections
 
-from sandbox import clock, faults, idempotency, payments, seed, shop
+from sandbox import clock, faults, idempotency, payments, requestlog, seed, shop
+from sandbox.accounts import account_for
 from sandbox.models import Fault
 from sandbox.responses import ApiError, Response, api_error, json_response, new_id
 from sandbox.stats import effect_stats, recent_messages
 
 logger = logging.getLogger("sandbox.http")
+
+# The provider's own routes: authenticated, scoped to an account, and logged.
+PROVIDER_PREFIXES = ("/v1/", "/shop/")
 
 
 class SandboxHTTPServer(ThreadingHTTPServer):
@@ -64,17 +81,16 @@ class SandboxHandler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         started = time.monotonic()
+        received_at = clock.now()
         url = urlsplit(self.path)
         self._after_reply: Callable[[], None] | None = None
         self._fault: Fault | None = None
+        self._account = ""
         try:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            response = self._route(self.command, url.path, url.query, body)
-        except ApiError as error:
-            response = error.response()
-        except Exception:
-            logger.exception("%s %s failed", self.command, url.path)
-            response = api_error().response()
+            response = self._answer(url.path, url.query)
+            if url.path.startswith(PROVIDER_PREFIXES):
+                # Before the reply: a client that got an answer always finds its row.
+                self._record(response, received_at)
         finally:
             connections.close_all()
         request_id = new_id("req_", 14)
@@ -95,6 +111,32 @@ class SandboxHandler(BaseHTTPRequestHandler):
         if self._after_reply is not None:
             self._after_reply()
 
+    def _answer(self, path: str, query: str) -> Response:
+        try:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            return self._route(self.command, path, query, body)
+        except ApiError as error:
+            return error.response()
+        except Exception:
+            logger.exception("%s %s failed", self.command, path)
+            # The failure may have left a connection unusable: the log row gets a new one.
+            connections.close_all()
+            return api_error().response()
+
+    def _record(self, response: Response, received_at: datetime) -> None:
+        try:
+            requestlog.record(
+                account=self._account,
+                method=self.command,
+                path=self.path,
+                status=None if response.drop else response.status,
+                fault=self._fault.kind if self._fault else "",
+                received_at=received_at,
+            )
+        except Exception:
+            # The log is the sandbox's own bookkeeping: the caller still gets its answer.
+            logger.warning("could not record %s %s", self.command, self.path, exc_info=True)
+
     def _send(self, response: Response, request_id: str) -> None:
         payload = response.body.encode()
         self.send_response(response.status)
@@ -114,15 +156,22 @@ class SandboxHandler(BaseHTTPRequestHandler):
 
     def _route(self, method: str, path: str, query: str, body: bytes) -> Response:
         if path.startswith("/_sandbox/"):
-            return self._sandbox_route(method, path, body)
+            return self._sandbox_route(method, path, query, body)
         if path.startswith("/v1/"):
-            scope = self._authenticate()
+            api_key = self._api_key()
+            account = self._account = account_for(api_key)
+            scope = idempotency.scope_for(api_key, self.headers.get("Stripe-Account", ""))
             return self._with_faults(
-                method, path, lambda fault: self._stripe(method, path, query, body, scope, fault)
+                method,
+                path,
+                lambda fault: self._stripe(method, path, query, body, account, scope, fault),
             )
         if path.startswith("/shop/"):
+            account = self._account = account_for(self._api_key())
             return self._with_faults(
-                method, path, lambda fault: _around(fault, lambda: self._shop(method, path))
+                method,
+                path,
+                lambda fault: _around(fault, lambda: self._shop(method, path, account)),
             )
         raise _unrecognized(method, path)
 
@@ -147,7 +196,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
             response.drop = True
         return response
 
-    def _authenticate(self) -> str:
+    def _api_key(self) -> str:
+        """The caller's API key, from Bearer auth or Basic's user name; 401 without one."""
         header = self.headers.get("Authorization", "")
         scheme, _, credentials = header.partition(" ")
         api_key = ""
@@ -166,30 +216,42 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 "YOUR_SECRET_KEY').",
                 type="authentication_error",
             )
-        return idempotency.scope_for(api_key, self.headers.get("Stripe-Account", ""))
+        return api_key
 
     # --- Stripe ----------------------------------------------------------------------
 
     def _stripe(
-        self, method: str, path: str, query: str, body: bytes, scope: str, fault: Fault | None
+        self,
+        method: str,
+        path: str,
+        query: str,
+        body: bytes,
+        account: str,
+        scope: str,
+        fault: Fault | None,
     ) -> Response:
         if method == "POST" and path == "/v1/refunds":
-            return self._refund_create(path, body, scope, fault)
-        return _around(fault, lambda: self._stripe_read(method, path, query))
+            return self._refund_create(path, body, account, scope, fault)
+        return _around(fault, lambda: self._stripe_read(method, path, query, account))
 
-    def _stripe_read(self, method: str, path: str, query: str) -> Response:
+    def _stripe_read(self, method: str, path: str, query: str, account: str) -> Response:
         params = payments.parse_params(parse_qsl(query, keep_blank_values=True))
         parts = path.strip("/").split("/")
         if method == "GET" and parts == ["v1", "refunds"]:
-            return json_response(200, payments.refund_list(params))
+            return json_response(200, payments.refund_list(params, account=account))
         if method == "GET" and len(parts) == 3 and parts[:2] == ["v1", "refunds"]:
-            return json_response(200, payments.refund_retrieve(unquote_plus(parts[2])))
+            refund_id = unquote_plus(parts[2])
+            return json_response(200, payments.refund_retrieve(refund_id, account=account))
         if method == "GET" and len(parts) == 3 and parts[:2] == ["v1", "payment_intents"]:
             intent_id = unquote_plus(parts[2])
-            return json_response(200, payments.payment_intent_retrieve(intent_id, params))
+            return json_response(
+                200, payments.payment_intent_retrieve(intent_id, params, account=account)
+            )
         raise _unrecognized(method, path)
 
-    def _refund_create(self, path: str, body: bytes, scope: str, fault: Fault | None) -> Response:
+    def _refund_create(
+        self, path: str, body: bytes, account: str, scope: str, fault: Fault | None
+    ) -> Response:
         pairs = parse_qsl(body.decode("utf-8", errors="replace"), keep_blank_values=True)
         key = self.headers.get("Idempotency-Key", "")
         echo = {"Idempotency-Key": key} if key else {}
@@ -214,7 +276,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 try:
                     with payments.atomic():
                         response = json_response(
-                            200, payments.refund_create(request, idempotency_key=key)
+                            200,
+                            payments.refund_create(request, account=account, idempotency_key=key),
                         )
                 except ApiError as error:
                     # Execution began: Stripe saves and replays this error too.
@@ -232,18 +295,22 @@ class SandboxHandler(BaseHTTPRequestHandler):
 
     # --- shop ------------------------------------------------------------------------
 
-    def _shop(self, method: str, path: str) -> Response:
+    def _shop(self, method: str, path: str, account: str) -> Response:
         parts = path.strip("/").split("/")
         if method == "GET" and len(parts) == 3 and parts[:2] == ["shop", "orders"]:
-            return json_response(200, shop.order_retrieve(unquote_plus(parts[2])))
+            order_id = unquote_plus(parts[2])
+            return json_response(200, shop.order_retrieve(order_id, account=account))
         raise _unrecognized(method, path)
 
     # --- sandbox-only ----------------------------------------------------------------
 
-    def _sandbox_route(self, method: str, path: str, body: bytes) -> Response:
+    def _sandbox_route(self, method: str, path: str, query: str, body: bytes) -> Response:
         route = (method, path.rstrip("/"))
         if route == ("GET", "/_sandbox/stats"):
             return json_response(200, effect_stats())
+        if route == ("GET", "/_sandbox/requests"):
+            account = _logged_account(query)
+            return json_response(200, {"requests": requestlog.recent(account=account)})
         if route == ("GET", "/_sandbox/messages"):
             return json_response(200, {"messages": recent_messages()})
         if route == ("GET", "/_sandbox/faults"):
@@ -257,11 +324,26 @@ class SandboxHandler(BaseHTTPRequestHandler):
         if route == ("DELETE", "/_sandbox/faults"):
             return json_response(200, {"cleared": faults.clear()})
         if route == ("POST", "/_sandbox/reset"):
-            seed.wipe()
-            created = seed.seed() if _json_body(body).get("seed") else []
-            return json_response(200, {"reset": True, "seeded": [order for order, _ in created]})
+            spec = _json_body(body)
+            api_key, first_number = _seed_args(spec)
+            # One transaction: a refused seed leaves the records as they were.
+            with payments.atomic():
+                seed.wipe()
+                created = seed.seed(api_key, first_number) if spec.get("seed") else []
+            return json_response(
+                200,
+                {
+                    "reset": True,
+                    "seeded": [order for order, _ in created],
+                    "account": account_for(api_key) if created else None,
+                },
+            )
         if route == ("POST", "/_sandbox/seed"):
-            return json_response(200, {"seeded": [order for order, _ in seed.seed()]})
+            api_key, first_number = _seed_args(_json_body(body))
+            created = seed.seed(api_key, first_number)
+            return json_response(
+                200, {"seeded": [order for order, _ in created], "account": account_for(api_key)}
+            )
         if route == ("GET", "/_sandbox/clock"):
             return json_response(200, {"now": clock.now().isoformat()})
         if route == ("POST", "/_sandbox/clock"):
@@ -283,6 +365,33 @@ def _json_body(body: bytes) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise ApiError(400, "The JSON body must be an object")
     return parsed
+
+
+def _seed_args(spec: dict[str, Any]) -> tuple[str, int]:
+    """``api_key`` and ``first_number`` of a seed or reset body; the demo account's without."""
+    api_key = spec.get("api_key", seed.DEMO_API_KEY)
+    first_number = spec.get("first_number", seed.DEMO_FIRST_NUMBER)
+    if not isinstance(api_key, str):
+        raise ApiError(400, "api_key must be a non-empty string", param="api_key")
+    if not isinstance(first_number, int) or isinstance(first_number, bool):
+        raise ApiError(400, "first_number must be an integer", param="first_number")
+    return api_key, first_number
+
+
+def _logged_account(query: str) -> str | None:
+    """Whose requests ``GET /_sandbox/requests`` lists: None for everyone's.
+
+    ``?api_key=`` names the account by its key, ``?account=`` by its id (empty: the
+    requests that carried no key).
+    """
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    if "api_key" in params and "account" in params:
+        raise ApiError(400, "Pass api_key or account, not both.")
+    if "api_key" in params:
+        if not params["api_key"]:
+            raise ApiError(400, "api_key must not be empty", param="api_key")
+        return account_for(params["api_key"])
+    return params.get("account")
 
 
 def _unrecognized(method: str, path: str) -> ApiError:

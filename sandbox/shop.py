@@ -1,4 +1,8 @@
-"""The shop's order API: what the support agent reads about an order."""
+"""The shop's order API: what the support agent reads about an order.
+
+Like the payments API it answers an account (the caller's API key): another account's
+order is the same 404 ``resource_missing`` as an order that does not exist.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +34,13 @@ def order_json(order: Order, refunded: int) -> dict[str, Any]:
     }
 
 
-def order_retrieve(order_id: str) -> dict[str, Any]:
-    order = Order.objects.using(DB).select_related("payment_intent").filter(id=order_id).first()
+def order_retrieve(order_id: str, *, account: str) -> dict[str, Any]:
+    order = (
+        Order.objects.using(DB)
+        .select_related("payment_intent")
+        .filter(id=order_id, account=account)
+        .first()
+    )
     if order is None:
         raise ApiError(404, f"No such order: '{order_id}'", code="resource_missing", param="id")
     refunded = refund_totals([order.payment_intent_id]).get(order.payment_intent_id, 0)

@@ -15,6 +15,9 @@ def effect_stats() -> dict[str, Any]:
     per_intent = refunds.values("payment_intent_id").annotate(
         count=Count("id"), amount=Sum("amount")
     )
+    per_account = refunds.values("payment_intent__account").annotate(
+        count=Count("id"), amount=Sum("amount")
+    )
     per_key = (
         refunds.exclude(idempotency_key="").values("idempotency_key").annotate(count=Count("id"))
     )
@@ -33,6 +36,10 @@ def effect_stats() -> dict[str, Any]:
             },
             "by_idempotency_key": {
                 row["idempotency_key"]: row["count"] for row in per_key.order_by("idempotency_key")
+            },
+            "by_account": {
+                row["payment_intent__account"]: {"count": row["count"], "amount": row["amount"]}
+                for row in per_account.order_by("payment_intent__account")
             },
         },
         "messages": {"total": messages, "by_recipient": dict(sorted(recipients.items()))},

@@ -65,14 +65,16 @@ def test_a_key_in_flight_answers_409_and_executes_once(sandbox, client):
     assert sandbox.stats()["refunds"]["total"] == 1
 
 
-def test_keys_are_scoped_per_api_key(sandbox):
-    one = sandbox.client("sk_test_one").v1.refunds.create(
-        params=PARAMS, options={"idempotency_key": "shared"}
-    )
+def test_keys_are_scoped_per_api_key(sandbox, client):
+    seeded = sandbox.post("/_sandbox/seed", json={"api_key": "sk_test_two", "first_number": 2001})
+    assert seeded.status_code == 200, seeded.text
+    one = client.v1.refunds.create(params=PARAMS, options={"idempotency_key": "shared"})
     other = sandbox.client("sk_test_two").v1.refunds.create(
-        params={**PARAMS, "amount": 300}, options={"idempotency_key": "shared"}
+        params={"payment_intent": "pi_3SbxOrd2005", "amount": 300},
+        options={"idempotency_key": "shared"},
     )
     assert one.id != other.id
+    assert "Idempotent-Replayed" not in other.last_response.headers
     assert sandbox.stats()["refunds"]["by_idempotency_key"] == {"shared": 2}
 
 
