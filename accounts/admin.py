@@ -1,7 +1,9 @@
 from django.contrib import admin, messages
+from django.db import models
 
 from accounts.admin_audit import AuditedAdmin, RecordOfTruthAdmin
-from accounts.models import ApiToken, AuditEntry, Operator, Tenant
+from accounts.models import ApiToken, AuditEntry, Operator, ProviderAccount, Tenant
+from accounts.provider_accounts import SECRET_ENV_PREFIX
 from accounts.services import api_token_issue, api_token_revoke, user_actor_name
 
 
@@ -23,6 +25,26 @@ class TenantAdmin(AuditedAdmin):
 class OperatorAdmin(AuditedAdmin):
     list_display = ["user", "tenant", "time_zone"]
     list_filter = ["tenant"]
+
+
+@admin.register(ProviderAccount)
+class ProviderAccountAdmin(AuditedAdmin):
+    """Where a tenant's secrets are, never the secrets: every change is audited."""
+
+    list_display = ["tenant", "provider", "endpoint", "secret_ref", "sender", "updated_at"]
+    list_filter = ["tenant", "provider"]
+    list_select_related = ["tenant"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.base_fields["secret_ref"].help_text = (
+            f"env:{SECRET_ENV_PREFIX}NAME (an environment variable of the web and worker "
+            "processes) or file:name (a file in the secrets directory). Read at each call; "
+            "the secret itself is never stored here."
+        )
+        form.base_fields["endpoint"].help_text = "Blank: the deployment's own endpoint."
+        return form
 
 
 @admin.register(ApiToken)

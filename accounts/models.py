@@ -128,6 +128,43 @@ class ApiToken(models.Model):
         return scope in self.scopes
 
 
+class ProviderAccount(models.Model):
+    """Where and as whom one tenant's tools act on one provider.
+
+    The secret is never stored here: ``secret_ref`` names where it is read from when
+    a call is made (``accounts.provider_accounts``): ``env:HOLDFAST_SECRET_…`` or
+    ``file:<name>`` in the deployment's secrets directory.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="provider_accounts")
+    # The name a tool asks for (``call.credentials("payments")``), one of the
+    # providers the deployment knows (settings.HOLDFAST_PROVIDER_DEFAULTS).
+    provider = models.SlugField(max_length=32)
+    # The provider's API; blank means the deployment's own (api.stripe.com, say).
+    endpoint = models.URLField(blank=True)
+    secret_ref = models.CharField("secret reference", max_length=200, blank=True)
+    # The address mail is sent from (a mail account).
+    sender = models.EmailField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant", "provider"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "provider"], name="provider_account_one_per_tenant"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}: {self.provider}"
+
+    def clean(self) -> None:
+        from accounts.provider_accounts import check_account
+
+        check_account(self)
+
+
 class AuditEntry(models.Model):
     """Append-only record of an action taken by a person or a client system."""
 

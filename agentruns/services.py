@@ -20,6 +20,7 @@ from accounts.models import DEFAULT_TENANT_SLUG, Tenant
 from agentruns.models import Run
 from agentruns.runtime import (
     ApprovalGate,
+    CredentialSource,
     Engine,
     EngineSettings,
     FaultPoints,
@@ -67,33 +68,50 @@ class EngineParts:
 
     approvals: Callable[[], ApprovalGate]
     desk: Callable[[], ReconciliationDesk]
+    credentials: Callable[[], CredentialSource]
 
 
 _parts: EngineParts | None = None
 
 
 def install_engine_parts(
-    *, approvals: Callable[[], ApprovalGate], desk: Callable[[], ReconciliationDesk]
+    *,
+    approvals: Callable[[], ApprovalGate],
+    desk: Callable[[], ReconciliationDesk],
+    credentials: Callable[[], CredentialSource],
 ) -> None:
     global _parts
-    _parts = EngineParts(approvals=approvals, desk=desk)
+    _parts = EngineParts(approvals=approvals, desk=desk, credentials=credentials)
 
 
-def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engine:
+def _installed_parts() -> EngineParts:
     # Never a bare engine by accident: without its gate a gated effect could only
-    # be refused, and without its desk an unknown effect would open no case.
+    # be refused, without its desk an unknown effect would open no case, and
+    # without provider accounts no tool could act as its tenant.
     if _parts is None:
         raise ImproperlyConfigured(
             "the engine's parts are not installed: add config.apps.HoldfastConfig to "
             "INSTALLED_APPS (it runs config.wiring.install())"
         )
+    return _parts
+
+
+def credential_source() -> CredentialSource:
+    """The tenants' provider accounts, for a tool called outside a worker (an
+    approval card's live reading, a reconciliation lookup)."""
+    return _installed_parts().credentials()
+
+
+def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engine:
+    parts = _installed_parts()
     return Engine(
         registry=get_registry(),
         settings=engine_settings(),
         enqueue=enqueue or run_enqueue,
         faults=_process_faults(),
-        approvals=_parts.approvals(),
-        desk=_parts.desk(),
+        approvals=parts.approvals(),
+        desk=parts.desk(),
+        credentials=parts.credentials(),
     )
 
 

@@ -15,7 +15,7 @@ from agentruns.dbclock import DbNow
 from agentruns.models import Run, RunStatus, Step
 from agentruns.money import state_changes
 from agentruns.runtime import CallInfo
-from agentruns.services import get_registry, run_resume
+from agentruns.services import credential_source, get_registry, run_resume
 from agentruns.sweeper import SweepPass
 from approvals.models import Approval, ApprovalStatus
 from approvals.policy import approver_problem
@@ -307,6 +307,7 @@ def approval_resource_now(approval: Approval) -> ResourceNow:
         effect_key=approval.effect_key,
         attempt=0,
         timeout=RESOURCE_READ_TIMEOUT,
+        credential_source=credential_source(),
     )
     try:
         return ResourceNow(tool.approval.resource_state(approval.args, info))

@@ -241,11 +241,23 @@ PAYMENTS_API_BASE = env_str("PAYMENTS_API_BASE", SANDBOX_URL)
 PAYMENTS_API_KEY = env_str("PAYMENTS_API_KEY", "sk_test_sandbox")
 PAYMENTS_TIMEOUT_SECONDS = env_float("PAYMENTS_TIMEOUT_SECONDS", 10.0)
 SHOP_API_BASE = env_str("SHOP_API_BASE", SANDBOX_URL)
+SHOP_API_KEY = env_str("SHOP_API_KEY", "sk_test_sandbox")
 EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 EMAIL_HOST = env_str("EMAIL_HOST", SANDBOX_HOST)
 EMAIL_PORT = env_int("EMAIL_PORT", SANDBOX_SMTP_PORT)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "support@holdfast.example")
+
+# The deployment's own provider accounts, for the default tenant only (every other
+# tenant acts with its own: accounts.provider_accounts). For each provider a tool
+# names, the settings that hold its endpoint, secret and sender.
+HOLDFAST_PROVIDER_DEFAULTS = {
+    "payments": {"endpoint": "PAYMENTS_API_BASE", "secret": "PAYMENTS_API_KEY"},
+    "shop": {"endpoint": "SHOP_API_BASE", "secret": "SHOP_API_KEY"},
+    "mail": {"sender": "DEFAULT_FROM_EMAIL"},
+}
+# Where a tenant's ``file:<name>`` secret references are read from.
+HOLDFAST_SECRETS_DIR = Path(env_str("HOLDFAST_SECRETS_DIR", str(VAR_DIR / "secrets")))
 
 # --- Model providers ---------------------------------------------------------
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "https://api.openai.com/v1")

@@ -3,9 +3,10 @@
 Each app exposes what it offers through its own modules and registers nothing
 by itself; this module hands each part to the app that uses it:
 
-- the engine gets its approval gate (``approvals.gate``) and its reconciliation
-  desk (``reconciliation.desk``): ``agentruns.services.build_engine`` builds with
-  them;
+- the engine gets its approval gate (``approvals.gate``), its reconciliation
+  desk (``reconciliation.desk``) and the tenants' provider accounts
+  (``accounts.provider_accounts``): ``agentruns.services.build_engine`` builds
+  with them;
 - the sweeper gets its duties, in the order one pass performs them;
 - the navigation gets the attention counts every page shows.
 
@@ -16,6 +17,7 @@ process, each worker, the sweeper, every command and the tests alike.
 from __future__ import annotations
 
 from accounts import navigation
+from accounts.provider_accounts import TenantCredentials
 from agentruns import services, sweeper
 from agentruns.selectors import run_attention_counts
 from approvals.gate import DatabaseApprovalGate
@@ -45,6 +47,8 @@ ATTENTION_COUNTERS = (run_attention_counts, pending_approval_count, open_case_co
 
 
 def install() -> None:
-    services.install_engine_parts(approvals=DatabaseApprovalGate, desk=DatabaseDesk)
+    services.install_engine_parts(
+        approvals=DatabaseApprovalGate, desk=DatabaseDesk, credentials=TenantCredentials
+    )
     sweeper.install_duties(SWEEPER_DUTIES)
     navigation.install_attention(ATTENTION_COUNTERS)

@@ -20,7 +20,7 @@ from accounts.services import audit_record, user_actor_name
 from agentruns.dbclock import DbNow, now_sql
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime import CallInfo, Guard, LookupResult
-from agentruns.services import get_registry, run_requeue_settled, step_settle
+from agentruns.services import credential_source, get_registry, run_requeue_settled, step_settle
 from agentruns.sweeper import SweepPass
 from reconciliation.desk import case_open, lookup_backoff
 from reconciliation.models import (
@@ -97,6 +97,7 @@ def case_lookup_now(
         effect_key=case.effect_key,
         attempt=0,
         timeout=LOOKUP_TIMEOUT,
+        credential_source=credential_source(),
     )
     try:
         found: LookupResult = tool.find(case.request or {}, info)

@@ -1,7 +1,9 @@
 """Adapters to the outside world the refund-support agent talks to.
 
-Payments speak Stripe's v1 API through the official SDK; by default they point
-at the local sandbox, and Stripe's test mode is a settings change
+Every adapter acts as one tenant's account at its provider (``Credentials``: the
+endpoint and the secret, resolved for the run's tenant when the call is made).
+Payments speak Stripe's v1 API through the official SDK; the default tenant's
+account points at the local sandbox, and Stripe's test mode is a settings change
 (``PAYMENTS_API_BASE``, ``PAYMENTS_API_KEY``). The SDK's own retries are off:
 the engine owns retries so every attempt is recorded. Every error is turned
 into the runtime's vocabulary here, once: ``ToolRefused`` for a definite no,
@@ -18,17 +20,16 @@ import urllib.request
 from typing import Any
 
 import stripe
-from django.conf import settings
 
-from agentruns.runtime import ProviderBusy, ToolRefused
+from agentruns.runtime import Credentials, ProviderBusy, ToolRefused
 
 EFFECT_KEY_METADATA = "holdfast_effect_key"
 
 
-def payments_client(timeout: float) -> stripe.StripeClient:
+def payments_client(account: Credentials, timeout: float) -> stripe.StripeClient:
     return stripe.StripeClient(
-        settings.PAYMENTS_API_KEY,
-        base_addresses={"api": settings.PAYMENTS_API_BASE},
+        account.secret,
+        base_addresses={"api": account.endpoint},
         max_network_retries=0,
         http_client=stripe.RequestsClient(timeout=timeout),
     )
@@ -73,6 +74,7 @@ def translate_stripe_error(error: stripe.StripeError) -> Exception:
 
 
 def refund_create(
+    account: Credentials,
     *,
     payment_intent: str,
     amount: int,
@@ -89,7 +91,7 @@ def refund_create(
     if reason:
         params["reason"] = reason
     try:
-        refund = payments_client(timeout).v1.refunds.create(
+        refund = payments_client(account, timeout).v1.refunds.create(
             params=params, options={"idempotency_key": effect_key}
         )
     except stripe.StripeError as error:
@@ -97,10 +99,12 @@ def refund_create(
     return _refund_json(refund)
 
 
-def refund_find(*, payment_intent: str, effect_key: str, timeout: float) -> dict | None:
+def refund_find(
+    account: Credentials, *, payment_intent: str, effect_key: str, timeout: float
+) -> dict | None:
     """The refund made under ``effect_key``, or None after reading every refund of the
     payment (a complete listing, so None means it does not exist)."""
-    client = payments_client(timeout)
+    client = payments_client(account, timeout)
     starting_after = None
     while True:
         params: dict[str, Any] = {"payment_intent": payment_intent, "limit": 100}
@@ -118,10 +122,10 @@ def refund_find(*, payment_intent: str, effect_key: str, timeout: float) -> dict
         starting_after = page.data[-1].id
 
 
-def payment_state(payment_intent: str, *, timeout: float) -> dict[str, Any]:
+def payment_state(account: Credentials, payment_intent: str, *, timeout: float) -> dict[str, Any]:
     """What a refund decision depends on: the amount received and already refunded."""
     try:
-        intent = payments_client(timeout).v1.payment_intents.retrieve(
+        intent = payments_client(account, timeout).v1.payment_intents.retrieve(
             payment_intent, params={"expand": ["latest_charge"]}
         )
     except stripe.StripeError as error:
@@ -154,12 +158,15 @@ def _metadata(refund: Any) -> dict[str, str]:
     return refund.metadata.to_dict() if refund.metadata else {}
 
 
-def shop_order(order_id: str, *, timeout: float) -> dict[str, Any]:
-    base = settings.SHOP_API_BASE.rstrip("/")
+def shop_order(account: Credentials, order_id: str, *, timeout: float) -> dict[str, Any]:
+    """The order as the tenant's shop account sees it: another account's order is
+    "not found", exactly like one that does not exist."""
+    base = account.endpoint.rstrip("/")
     if not base.startswith(("http://", "https://")):
-        raise ToolRefused(f"SHOP_API_BASE must be an http(s) URL, not {base!r}")
+        raise ToolRefused(f"the shop endpoint must be an http(s) URL, not {base!r}")
     url = f"{base}/shop/orders/{urllib.parse.quote(order_id, safe='')}"
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310
+    headers = {"Accept": "application/json", "Authorization": f"Bearer {account.secret}"}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             return json.loads(response.read())
@@ -168,6 +175,12 @@ def shop_order(order_id: str, *, timeout: float) -> dict[str, Any]:
             raise ToolRefused(f"there is no order {order_id}", error_class="not_found") from None
         if error.code == 429:
             raise ProviderBusy("the shop is rate limiting") from None
+        if error.code in (401, 403):
+            raise ToolRefused(
+                f"the shop refused tenant {account.tenant!r}'s credentials ({error.code})",
+                error_class="authentication",
+                status=error.code,
+            ) from None
         if error.code < 500:
             raise ToolRefused(
                 f"the shop refused the lookup ({error.code})", error_class="invalid_request"

@@ -41,7 +41,7 @@ class LookupOrderArgs(BaseModel):
     provider="shop",
 )
 def lookup_order(request: dict, call: CallInfo) -> dict:
-    return adapters.shop_order(request["order_id"], timeout=call.timeout)
+    return adapters.shop_order(call.credentials("shop"), request["order_id"], timeout=call.timeout)
 
 
 class IssueRefundArgs(BaseModel):
@@ -64,7 +64,10 @@ def _refund_request(args: dict, config: dict) -> dict:
 
 def _find_refund(request: dict, call: CallInfo) -> LookupResult:
     found = adapters.refund_find(
-        payment_intent=request["payment_intent"], effect_key=call.effect_key, timeout=call.timeout
+        call.credentials("payments"),
+        payment_intent=request["payment_intent"],
+        effect_key=call.effect_key,
+        timeout=call.timeout,
     )
     if found is None:
         return LookupResult(
@@ -112,7 +115,9 @@ def _refund_refusal(args: dict, state: dict) -> str | None:
 
 
 def _payment_state(args: dict, call: CallInfo) -> dict:
-    return adapters.payment_state(args["payment_intent"], timeout=call.timeout)
+    return adapters.payment_state(
+        call.credentials("payments"), args["payment_intent"], timeout=call.timeout
+    )
 
 
 REFUND_APPROVAL = ApprovalPolicy(
@@ -141,7 +146,8 @@ def issue_refund(request: dict, call: CallInfo) -> dict:
     # The payment is read first, inside the one timeout the send was cleared for: a
     # refund is never still in flight when its send budget has passed.
     deadline = time.monotonic() + call.timeout
-    payment = adapters.payment_state(request["payment_intent"], timeout=call.timeout)
+    account = call.credentials("payments")
+    payment = adapters.payment_state(account, request["payment_intent"], timeout=call.timeout)
     if payment["currency"] != request["currency"]:
         # The provider refunds in the payment's own currency whatever is asked: an
         # amount meant in one currency must never move in another. Nothing is sent.
@@ -161,6 +167,7 @@ def issue_refund(request: dict, call: CallInfo) -> dict:
         # the idempotent request stays identical.
         metadata["holdfast_approval_id"] = str(call.approval_id)
     refund = adapters.refund_create(
+        account,
         payment_intent=request["payment_intent"],
         amount=request["amount"],
         reason=request["reason"],
@@ -191,7 +198,9 @@ class CustomerEmailArgs(BaseModel):
     provider="mail (SMTP)",
 )
 def send_customer_email(request: dict, call: CallInfo) -> dict:
+    account = call.credentials("mail")
     message = EmailMessage(
+        from_email=account.sender,
         subject=request["subject"],
         body=request["body"],
         to=[request["to"]],

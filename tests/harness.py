@@ -46,6 +46,7 @@ class Harness:
         self.engine = self.build()
 
     def build(self, **overrides) -> Engine:
+        from accounts.provider_accounts import TenantCredentials
         from approvals.gate import DatabaseApprovalGate
         from reconciliation.desk import DatabaseDesk
 
@@ -55,6 +56,7 @@ class Harness:
             enqueue=self.enqueued.append,
             approvals=overrides.pop("approvals", DatabaseApprovalGate()),
             desk=overrides.pop("desk", DatabaseDesk()),
+            credentials=overrides.pop("credentials", TenantCredentials()),
             **overrides,
         )
 

@@ -20,6 +20,7 @@ from agentruns.runtime.approval import (
     always,
 )
 from agentruns.runtime.context import RunContext, run_tool_loop
+from agentruns.runtime.credentials import Credentials, CredentialSource, NoCredentials
 from agentruns.runtime.desk import NoDesk, ReconciliationDesk
 from agentruns.runtime.effects import canonical_json, content_hash
 from agentruns.runtime.engine import CancelRefused, Engine, EngineSettings
@@ -58,6 +59,8 @@ __all__ = [
     "Budget",
     "CallInfo",
     "CancelRefused",
+    "CredentialSource",
+    "Credentials",
     "DuplicateActiveRun",
     "EffectFact",
     "Ending",
@@ -71,6 +74,7 @@ __all__ = [
     "ModelSpec",
     "ModelToolCall",
     "NoApprovals",
+    "NoCredentials",
     "NoDesk",
     "ProviderBusy",
     "ReconciliationDesk",

@@ -431,6 +431,7 @@ class Claim:
             effect_key=effect_key,
             attempt=attempt,
             timeout=timeout,
+            credential_source=self.engine.credentials,
             approval_id=approval_id,
         )
 

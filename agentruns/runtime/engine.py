@@ -31,6 +31,7 @@ from agentruns.models import RUNNABLE_STATUSES, TERMINAL_STATUSES, Run, RunStatu
 from agentruns.runtime.approval import ApprovalGate, Guard, NoApprovals
 from agentruns.runtime.claim import Claim
 from agentruns.runtime.control import LeaseLost
+from agentruns.runtime.credentials import CredentialSource, NoCredentials
 from agentruns.runtime.desk import NoDesk, ReconciliationDesk
 from agentruns.runtime.endings import finish_cancelled
 from agentruns.runtime.faults import FaultPoints
@@ -92,10 +93,12 @@ class Engine:
         monotonic: Callable[[], float] = time.monotonic,
         approvals: ApprovalGate | None = None,
         desk: ReconciliationDesk | None = None,
+        credentials: CredentialSource | None = None,
     ):
         self.registry = registry
         self.approvals: ApprovalGate = approvals or NoApprovals()
         self.desk: ReconciliationDesk = desk or NoDesk()
+        self.credentials: CredentialSource = credentials or NoCredentials()
         self.settings = settings or EngineSettings()
         self.enqueue = enqueue or (lambda run_id: None)
         self.faults = faults or FaultPoints()

@@ -21,7 +21,7 @@ from agentruns.runtime.control import Suspend
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.results import json_safe, known
 from agentruns.runtime.sending import ApprovalRefused, send
-from agentruns.runtime.tools import Tool
+from agentruns.runtime.tools import Tool, ToolRefused
 from agentruns.runtime.writes import NOW, Event, StepInsert, StepUpdate
 
 if TYPE_CHECKING:
@@ -58,6 +58,16 @@ def approval_consumed(claim: Claim, tool: Tool, step: Step) -> bool:
     )
 
 
+class ResourceRefused(Exception):
+    """The provider definitely refused to show the resource (not found, not this
+    tenant's, no account): no decision can be bound to it, and nothing is sent."""
+
+    def __init__(self, reason: str, error_class: str, approval_id: int | None):
+        super().__init__(reason)
+        self.error_class = error_class
+        self.approval_id = approval_id
+
+
 def gated_send(claim: Claim, tool: Tool, step: Step) -> Step:
     """Send a planned effect once an approval bound to it still holds, or wait for one.
 
@@ -65,6 +75,15 @@ def gated_send(claim: Claim, tool: Tool, step: Step) -> Step:
     is settled first and never gated again (our own refund changes the
     resource fingerprint, so a check then would be wrong).
     """
+    try:
+        return _gated_send(claim, tool, step)
+    except ResourceRefused as refused:
+        return _refused_before_send(
+            claim, step, refused.approval_id, str(refused), error_class=refused.error_class
+        )
+
+
+def _gated_send(claim: Claim, tool: Tool, step: Step) -> Step:
     gate = claim.engine.approvals
     latest = gate.latest(str(claim.run_id), step.step_id)
     # Decided when the step was recorded: once an approval exists for it, the
@@ -118,10 +137,10 @@ def _consume_and_send(claim: Claim, tool: Tool, step: Step, latest: ApprovalStat
     """Send under the approval, consumed in the clearing commit; if any check fails,
     invalidate it and ask again with the reason."""
     gate = claim.engine.approvals
-    state = resource_state(claim, tool, step)
+    state = resource_state(claim, tool, step, approval_id=latest.id)
     refusal = tool.approval.refusal_for(step.input, state)
     if refusal:
-        return _refused_before_send(claim, step, latest, refusal)
+        return _refused_before_send(claim, step, latest.id, refusal)
     fingerprint = content_hash(state)
     args_hash = content_hash(step.input)
     guard = gate.consume_guard(
@@ -146,13 +165,21 @@ def _consume_and_send(claim: Claim, tool: Tool, step: Step, latest: ApprovalStat
     request_approval(claim, tool, step, previous=latest, changes=[reason], state=state)
 
 
-def _refused_before_send(claim: Claim, step: Step, latest: ApprovalState, reason: str) -> Step:
+def _refused_before_send(
+    claim: Claim,
+    step: Step,
+    approval_id: int | None,
+    reason: str,
+    *,
+    error_class: str = "refused_before_send",
+) -> Step:
     """The resource as it is now makes the provider refuse the call: fail the step as a
     definite refusal, nothing sent, and close the approval that can no longer apply."""
+    reason = reason.removeprefix("not sent: ")
     values = {
         "status": StepStatus.FAILED,
         "completed_at": NOW,
-        "last_error_class": "refused_before_send",
+        "last_error_class": error_class,
         "last_error": f"not sent: {reason}",
     }
     claim.decide(
@@ -160,16 +187,30 @@ def _refused_before_send(claim: Claim, step: Step, latest: ApprovalState, reason
         step=StepUpdate(step.pk, values, only_if_status=(StepStatus.PLANNED,)),
         event=Event("step_failed", step.step_id, {"reason": "refused_before_send"}),
     )
-    claim.engine.approvals.invalidate(latest.id, f"not sent: {reason}")
+    if approval_id is not None:
+        claim.engine.approvals.invalidate(approval_id, f"not sent: {reason}")
     return known(step, values)
 
 
-def resource_state(claim: Claim, tool: Tool, step: Step) -> dict[str, Any]:
-    """Read the resource the decision depends on, from its provider."""
+def resource_state(
+    claim: Claim, tool: Tool, step: Step, *, approval_id: int | None = None
+) -> dict[str, Any]:
+    """Read the resource the decision depends on, from its provider.
+
+    A definite refusal (no such resource in this tenant's account, no account) ends
+    the step before anything is sent; any other failure is waited out and read again.
+    """
     info = claim.call_info(step.step_id, step.effect_key, step.attempts, tool.timeout)
     try:
         with claim.heartbeat(tool.timeout):
             return json_safe(tool.approval.resource_state(step.input, info))
+    except ToolRefused as refused:
+        resource = tool.approval.resource(step.input)
+        raise ResourceRefused(
+            f"could not read {resource}: {refused}",
+            refused.error_class,
+            approval_id,
+        ) from None
     except Exception as exc:
         # A read changes nothing: wait and read again.
         delay = tool.retry.delay(max(1, claim.run.claim_count))

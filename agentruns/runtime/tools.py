@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from agentruns.runtime.approval import ApprovalPolicy
+from agentruns.runtime.credentials import Credentials, CredentialSource, NoCredentials
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.retry import RetryPolicy
 
@@ -122,6 +123,9 @@ class CallInfo:
     # The approval that authorised this effect, when it needed one: the tool
     # writes it into the provider's record so a lookup can show it.
     approval_id: int | None = None
+    # The run's tenant, whose provider accounts the call acts with.
+    tenant_id: int | None = None
+    credential_source: CredentialSource = field(default_factory=NoCredentials, repr=False)
 
     @classmethod
     def for_run(
@@ -132,9 +136,11 @@ class CallInfo:
         effect_key: str | None,
         attempt: int,
         timeout: float,
+        credential_source: CredentialSource,
         approval_id: int | None = None,
     ) -> CallInfo:
-        """A call on behalf of ``run`` (a Run), with the configuration pinned to it."""
+        """A call on behalf of ``run`` (a Run), with the configuration pinned to it
+        and its tenant's provider accounts."""
         return cls(
             run_id=str(run.id),
             step_id=step_id,
@@ -143,7 +149,22 @@ class CallInfo:
             timeout=timeout,
             config=(run.agent_snapshot or {}).get("config", {}),
             approval_id=approval_id,
+            tenant_id=run.tenant_id,
+            credential_source=credential_source,
         )
+
+    def credentials(self, provider: str) -> Credentials:
+        """The run's tenant's account at ``provider``, resolved now.
+
+        Never another tenant's, and never the deployment's for a tenant that has
+        none of its own: without one the call is refused before anything is sent.
+        """
+        try:
+            if self.tenant_id is None:
+                raise LookupError(f"a call made for no tenant cannot act on {provider}")
+            return self.credential_source.credentials(self.tenant_id, provider)
+        except LookupError as missing:
+            raise ToolRefused(str(missing), error_class="no_provider_account") from None
 
 
 def validation_errors(exc: ValidationError, *, root: str = "(root)") -> list[dict[str, str]]:

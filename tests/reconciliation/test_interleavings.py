@@ -81,9 +81,9 @@ def test_a_stalled_workers_absent_lookup_never_turns_a_send_in_flight_back_to_pl
     real_find = adapters.refund_find
     calls = []
 
-    def find(**kwargs):
+    def find(account, **kwargs):
         calls.append(kwargs)
-        answer = real_find(**kwargs)  # absent, read by worker A
+        answer = real_find(account, **kwargs)  # absent, read by worker A
         if len(calls) == 1:
             # A stalls here past its lease; B takes over, finds it absent too,
             # sends under the approval and dies after the provider refunded.
