@@ -150,13 +150,18 @@ class StepTiming(NamedTuple):
     waited_for: str = ""
 
 
-def step_timing(step: Step, *, approved: bool) -> StepTiming | None:
-    """The truth about a settled step's time. ``approved``: an approval was consumed by it."""
+def step_timing(step: Step, *, approved: bool, asked: bool = False) -> StepTiming | None:
+    """The truth about a settled step's time. ``approved``: an approval was consumed by
+    it; ``asked``: an approval was asked for it at all."""
     start, end = step.started_at, step.completed_at
     if start is None or end is None:
         return None
     if step.kind == StepKind.WAIT:
         return StepTiming(None, None, start, end, "its timer")
+    if step.is_effect and step.last_sent_at is None and asked:
+        # Never sent (rejected, or refused before its send): no call took any time;
+        # all of it was the wait for a person.
+        return StepTiming(None, None, start, end, "approval")
     if not step.is_effect or step.last_sent_at is None:
         if step.attempts > 1:
             # Recorded after each call: the calls and the waits between them are one span.
@@ -197,11 +202,14 @@ def _step_rows(run: Run, approvals: list, cases: list) -> list[StepRow]:
     pending = {approval.step_id: approval for approval in approvals if approval.is_pending}
     open_cases = {case.step_id: case for case in cases if case.is_open}
     consumed = {a.consumed_by_effect_key for a in approvals if a.consumed_by_effect_key}
+    asked = {approval.step_id for approval in approvals}
     rows = []
     for step in run.steps.order_by("seq"):
         approval = pending.get(step.step_id) if step.status == StepStatus.PLANNED else None
         case = open_cases.get(step.pk) if step.status == StepStatus.UNKNOWN else None
-        timing = step_timing(step, approved=step.effect_key in consumed)
+        timing = step_timing(
+            step, approved=step.effect_key in consumed, asked=step.step_id in asked
+        )
         rows.append(StepRow(step, approval, case, timing))
     return rows
 

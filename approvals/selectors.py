@@ -92,10 +92,11 @@ class Reading:
     rows: list[tuple[str, str]]
     changes: list[str]
     error: str
+    summary: str = ""
 
     @classmethod
     def of(cls, approval: Approval, now: ResourceNow) -> Reading:
-        return cls(_rows(now.state or {}), now.changes_from(approval), now.error)
+        return cls(_rows(now.state or {}), now.changes_from(approval), now.error, now.summary)
 
 
 @dataclass

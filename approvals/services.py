@@ -288,6 +288,8 @@ def approvals_expire() -> int:
 class ResourceNow:
     state: dict[str, Any] | None
     error: str = ""
+    # What the resource allows now, in the tool's words (ApprovalPolicy.summary).
+    summary: str = ""
 
     def changes_from(self, approval: Approval) -> list[str]:
         if self.state is None:
@@ -310,7 +312,8 @@ def approval_resource_now(approval: Approval) -> ResourceNow:
         credential_source=credential_source(),
     )
     try:
-        return ResourceNow(tool.approval.resource_state(approval.args, info))
+        state = tool.approval.resource_state(approval.args, info)
+        return ResourceNow(state, summary=tool.approval.summary_of(approval.args, state))
     except Exception as exc:
         log.info("approval %s: reading %s failed: %s", approval.pk, approval.resource, exc)
         return ResourceNow(None, f"could not read {approval.resource} now: {exc}")

@@ -114,6 +114,17 @@ def _refund_refusal(args: dict, state: dict) -> str | None:
     return None
 
 
+def _refund_summary(args: dict, state: dict) -> str:
+    """What remains refundable of the payment now, as money."""
+    currency = state.get("currency", "")
+    received = state.get("amount_received", 0)
+    remaining = max(0, received - state.get("amount_refunded", 0))
+    return (
+        f"{format_amount(remaining, currency)} of {format_amount(received, currency)} "
+        "still refundable"
+    )
+
+
 def _payment_state(args: dict, call: CallInfo) -> dict:
     return adapters.payment_state(
         call.credentials("payments"), args["payment_intent"], timeout=call.timeout
@@ -128,6 +139,7 @@ REFUND_APPROVAL = ApprovalPolicy(
     amount=lambda args: (args["amount"], args["currency"]),
     expires_after=timedelta(hours=24),
     refusal=_refund_refusal,
+    summary=_refund_summary,
 )
 
 

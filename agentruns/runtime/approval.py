@@ -43,7 +43,9 @@ class ApprovalPolicy:
     - ``refusal(args, state)``: why the provider will refuse this call given the
       resource's state (a refund larger than what remains, in another currency),
       in words, or None. Such a call is never approved, and is refused before it is
-      sent, with nothing sent.
+      sent, with nothing sent;
+    - ``summary(args, state)``: what the resource allows now, in one line an
+      approver reads beside its state ("249.00 EUR of 249.00 EUR still refundable").
     """
 
     required: Callable[[dict[str, Any], dict[str, Any]], bool]
@@ -53,6 +55,13 @@ class ApprovalPolicy:
     amount: Callable[[dict[str, Any]], tuple[int, str] | None] | None = None
     expires_after: timedelta = DEFAULT_APPROVAL_EXPIRY
     refusal: Callable[[dict[str, Any], dict[str, Any]], str | None] | None = None
+    summary: Callable[[dict[str, Any], dict[str, Any]], str] | None = None
+
+    def summary_of(self, args: dict[str, Any], state: dict[str, Any] | None) -> str:
+        """``summary(args, state)``, or "" when the policy has none or no state is known."""
+        if self.summary is None or not state:
+            return ""
+        return self.summary(args, state)
 
     def refusal_for(self, args: dict[str, Any], state: dict[str, Any] | None) -> str | None:
         """``refusal(args, state)``, or None when the policy has none or no state is known."""

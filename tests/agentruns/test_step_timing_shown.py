@@ -94,3 +94,13 @@ def test_a_timer_is_a_wait_not_a_call():
 
 def test_an_unfinished_step_has_no_timing():
     assert step_timing(_effect(completed_at=None), approved=False) is None
+
+
+def test_a_refund_rejected_before_any_send_shows_only_its_wait_for_approval():
+    step = _effect(status=StepStatus.FAILED, attempts=0, last_sent_at=None, completed_at=_at(2.6))
+    timing = step_timing(step, approved=False, asked=True)
+    assert timing.call_started is None
+    assert (timing.waited_for, duration(timing.waited_started, timing.waited_ended)) == (
+        "approval",
+        "2.6 s",
+    )

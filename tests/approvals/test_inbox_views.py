@@ -263,12 +263,14 @@ def test_the_resource_now_fragment_shows_the_state_and_what_changed(ann, pending
     assert fragment.status_code == 200
     assert body.lstrip().startswith(f'<div class="resource-now" id="resource-now-{pending.pk}"')
     assert "amount_refunded" in body and "Unchanged since it was asked." in body
+    assert "<strong>89.00 EUR of 89.00 EUR still refundable</strong>" in body
     world.sandbox.client().v1.refunds.create(
         params={"payment_intent": world.order["payment_intent"], "amount": 500}
     )
     body = ann.get(f"/approvals/{pending.pk}/resource/", HTTP_HX_REQUEST="true").content.decode()
     assert "Changed since it was asked" in body
     assert "amount_refunded: 0.00 EUR → 5.00 EUR" in body
+    assert "84.00 EUR of 89.00 EUR still refundable" in body
 
 
 def test_the_resource_now_fragment_says_when_the_provider_cannot_be_read(ann, pending, settings):

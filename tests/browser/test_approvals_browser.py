@@ -161,3 +161,49 @@ def test_a_payment_changed_from_outside_takes_approve_away_and_is_asked_again(
     expect(fresh.locator(".resource-now")).to_contain_text("Unchanged since it was asked.")
     expect(fresh.locator("button[value=approve]")).to_be_visible()
     screenshot("approvals-asked-again")
+
+
+def test_the_card_says_what_the_provider_will_refuse_and_offers_no_approve(
+    page, live_server_url, sandbox, tenant, make_operator, workers, screenshot
+):
+    make_operator(tenant, "approver", username="ann")
+    ApprovalAuthority.objects.create(
+        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=50_000
+    )
+    _log_in(page, live_server_url, "ann")
+    # The order's payment received 45.00 EUR; the refund asks for 80.00 EUR.
+    run, _ = run_start(
+        tenant=tenant,
+        agent_name="refund_support",
+        input={"order_id": "ord_1004", "amount": 8000},
+        request_id="browser-approval-over-refund",
+        requested_by="user:requester",
+    )
+    badge = page.locator("#attention a[href='/approvals/'] .badge")
+    expect(badge).to_have_text("1", timeout=20_000)
+    page.reload()
+    card = page.locator("article.approval")
+    expect(card.locator(".problem")).to_contain_text(
+        "The provider will refuse this: 80.00 EUR is more than the 45.00 EUR still refundable."
+    )
+    expect(card.locator(".resource-now .summary")).to_have_text(
+        "45.00 EUR of 45.00 EUR still refundable"
+    )
+    expect(card.locator("button[value=approve]")).to_have_count(0)
+    expect(card.locator("button[value=reject]")).to_be_visible()
+    screenshot("approvals-provider-will-refuse")
+    _narrow(page, "approvals-provider-will-refuse")
+
+    card.locator("textarea[name=note]").fill("Only 45.00 EUR was paid.")
+    card.locator("button[value=reject]").click()
+    expect(card.locator(".approval-head .state")).to_have_text("rejected")
+    # The run's ending says the refund did not happen, in the list and on its page.
+    page.goto(f"{live_server_url}/runs/{run.id}/")
+    summary = page.locator("#run-summary")
+    expect(summary.locator("h1")).to_contain_text("completed", timeout=30_000)
+    expect(summary.locator("h1 .outcome")).to_have_text("· refund refused")
+    # Never sent: no call time, only the wait for a person.
+    refund_step = page.locator(".step-failed")
+    expect(refund_step.locator(".waited")).to_contain_text("for approval")
+    assert sandbox.stats()["refunds"]["total"] == 0
+    screenshot("approvals-refused-run")
