@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
@@ -75,15 +76,7 @@ class Command(BaseCommand):
                     "the deployment's settings" if tenant.slug == DEFAULT_TENANT_SLUG else "none"
                 )
             else:
-                where = ", ".join(
-                    f"{name}={value}"
-                    for name, value in (
-                        ("endpoint", account.endpoint or "(ours)"),
-                        ("secret", account.secret_ref),
-                        ("sender", account.sender),
-                    )
-                    if value
-                )
+                where = _described(account)
             line = f"{tenant.slug} {provider}: {where}"
             if check:
                 try:
@@ -92,3 +85,12 @@ class Command(BaseCommand):
                 except LookupError as exc:
                     line += f"  [NOT USABLE: {exc}]"
             self.stdout.write(line)
+
+
+def _described(account: ProviderAccount) -> str:
+    """The account's parts, as set: a blank endpoint is the deployment's own."""
+    endpoint = account.endpoint
+    if not endpoint and "endpoint" in settings.HOLDFAST_PROVIDER_DEFAULTS[account.provider]:
+        endpoint = "(ours)"
+    parts = (("endpoint", endpoint), ("secret", account.secret_ref), ("sender", account.sender))
+    return ", ".join(f"{name}={value}" for name, value in parts if value)
