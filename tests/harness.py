@@ -183,10 +183,10 @@ def point_at_sandbox(settings, sandbox) -> None:
     settings.EMAIL_PORT = sandbox.smtp_port
 
 
-def refund_harness(tenant) -> Harness:
-    """A harness whose registry holds only the refund-support agent."""
+def refund_harness(tenant, *agents) -> Harness:
+    """A harness whose registry holds the refund-support agent and ``agents``."""
     harness = Harness(tenant)
-    harness.registry = Registry([refund_support])
+    harness.registry = Registry([refund_support, *agents])
     harness.engine = harness.build()
     return harness
 

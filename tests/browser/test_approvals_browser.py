@@ -30,6 +30,32 @@ def _log_in(page, live_server_url, username):
     expect(page).to_have_url(f"{live_server_url}/approvals/")
 
 
+def _approver_logged_in(page, live_server_url, tenant, make_operator) -> None:
+    """ann, an approver of up to 500.00 EUR, on the inbox."""
+    make_operator(tenant, "approver", username="ann")
+    ApprovalAuthority.objects.create(
+        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=50_000
+    )
+    _log_in(page, live_server_url, "ann")
+
+
+def _refund_asked(page, tenant, order_id: str, amount: int, request_id: str):
+    """A client asks for a refund above the auto-approval amount while the page is
+    open: a real worker runs the agent up to the refund and suspends the run. The
+    live navigation counts it; the reloaded inbox shows its card."""
+    run, _ = run_start(
+        tenant=tenant,
+        agent_name="refund_support",
+        input={"order_id": order_id, "amount": amount},
+        request_id=request_id,
+        requested_by="user:requester",
+    )
+    badge = page.locator("#attention a[href='/approvals/'] .badge")
+    expect(badge).to_have_text("1", timeout=20_000)
+    page.reload()
+    return run, page.locator("article.approval"), badge
+
+
 def _right(page, selector):
     return page.locator(selector).evaluate("element => element.getBoundingClientRect().right")
 
@@ -46,26 +72,9 @@ def _narrow(page, name, whole_page=True):
 def test_an_approver_approves_a_refund_and_watches_the_run_finish(
     page, live_server_url, sandbox, tenant, make_operator, workers, screenshot
 ):
-    make_operator(tenant, "approver", username="ann")
-    ApprovalAuthority.objects.create(
-        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=50_000
-    )
-    _log_in(page, live_server_url, "ann")
+    _approver_logged_in(page, live_server_url, tenant, make_operator)
     expect(page.locator(".empty-state")).to_contain_text("No approvals are waiting.")
-
-    # A client asks for a refund above the auto-approval amount while the page is
-    # open: a real worker runs the agent up to the refund and suspends the run.
-    run, _ = run_start(
-        tenant=tenant,
-        agent_name="refund_support",
-        input={"order_id": "ord_1001", "amount": 6000},
-        request_id="browser-approval-1",
-        requested_by="user:requester",
-    )
-    badge = page.locator("#attention a[href='/approvals/'] .badge")
-    expect(badge).to_have_text("1", timeout=20_000)  # the navigation is live
-    page.reload()
-    card = page.locator("article.approval")
+    run, card, badge = _refund_asked(page, tenant, "ord_1001", 6000, "browser-approval-1")
     expect(card).to_have_count(1)
     expect(card).to_contain_text("Refund 60.00 EUR of order ord_1001")
     expect(page.locator(".viewer-limit")).to_contain_text("Your limit: 500.00 EUR.")
@@ -112,27 +121,13 @@ def test_an_approver_approves_a_refund_and_watches_the_run_finish(
 def test_a_payment_changed_from_outside_takes_approve_away_and_is_asked_again(
     page, live_server_url, sandbox, tenant, make_operator, workers, screenshot
 ):
-    make_operator(tenant, "approver", username="ann")
-    ApprovalAuthority.objects.create(
-        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=50_000
-    )
-    _log_in(page, live_server_url, "ann")
-    run, _ = run_start(
-        tenant=tenant,
-        agent_name="refund_support",
-        input={"order_id": "ord_1001", "amount": 6000},
-        request_id="browser-approval-stale",
-        requested_by="user:requester",
-    )
-    badge = page.locator("#attention a[href='/approvals/'] .badge")
-    expect(badge).to_have_text("1", timeout=20_000)
-    page.reload()
-    card = page.locator("article.approval")
+    _approver_logged_in(page, live_server_url, tenant, make_operator)
+    run, card, _ = _refund_asked(page, tenant, "ord_1001", 6000, "browser-approval-stale")
     expect(card.locator(".resource-now")).to_contain_text("Unchanged since it was asked.")
     expect(card.locator("button[value=approve]")).to_be_visible()
 
     # Someone refunds 5.00 EUR of the payment in the provider's own dashboard.
-    payment_intent = sandbox.get("/shop/orders/ord_1001").json()["payment_intent"]
+    payment_intent = sandbox.order("ord_1001")["payment_intent"]
     sandbox.client().v1.refunds.create(params={"payment_intent": payment_intent, "amount": 500})
     page.reload()
     # Once the reading loads, Approve is gone; Reject stays; ask again is offered.
@@ -166,23 +161,9 @@ def test_a_payment_changed_from_outside_takes_approve_away_and_is_asked_again(
 def test_the_card_says_what_the_provider_will_refuse_and_offers_no_approve(
     page, live_server_url, sandbox, tenant, make_operator, workers, screenshot
 ):
-    make_operator(tenant, "approver", username="ann")
-    ApprovalAuthority.objects.create(
-        tenant=tenant, group=Group.objects.get(name="approver"), currency="eur", max_amount=50_000
-    )
-    _log_in(page, live_server_url, "ann")
+    _approver_logged_in(page, live_server_url, tenant, make_operator)
     # The order's payment received 45.00 EUR; the refund asks for 80.00 EUR.
-    run, _ = run_start(
-        tenant=tenant,
-        agent_name="refund_support",
-        input={"order_id": "ord_1004", "amount": 8000},
-        request_id="browser-approval-over-refund",
-        requested_by="user:requester",
-    )
-    badge = page.locator("#attention a[href='/approvals/'] .badge")
-    expect(badge).to_have_text("1", timeout=20_000)
-    page.reload()
-    card = page.locator("article.approval")
+    run, card, _ = _refund_asked(page, tenant, "ord_1004", 8000, "browser-approval-over-refund")
     expect(card.locator(".problem")).to_contain_text(
         "The provider will refuse this: 80.00 EUR is more than the 45.00 EUR still refundable."
     )

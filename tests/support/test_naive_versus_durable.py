@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentruns.runtime import Registry, faults
-from support.agents import refund_support
-from tests.harness import Harness
+from agentruns.runtime import faults
+from tests.harness import point_at_sandbox, refund_harness
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,11 +50,8 @@ def test_retrying_the_whole_flow_refunds_twice(sandbox):
 
 
 def test_the_same_failure_on_holdfast_refunds_once_and_completes(sandbox, settings, tenant):
-    settings.PAYMENTS_API_BASE = sandbox.url
-    settings.SHOP_API_BASE = sandbox.url
-    harness = Harness(tenant)
-    harness.registry = Registry([refund_support])
-    harness.engine = harness.build()
+    point_at_sandbox(settings, sandbox)
+    harness = refund_harness(tenant)
     run = harness.start("refund_support", {"order_id": ORDER, "amount": 500})
     # The worker dies right after the refund, before the reply is written.
     harness.interrupt(run, faults.AFTER_RESULT_RECORDED, "issue_refund")

@@ -7,8 +7,7 @@ import pytest
 from pydantic import BaseModel
 
 from agentruns.models import Step, StepStatus
-from agentruns.runtime import Registry, agent
-from support.agents import refund_support
+from agentruns.runtime import agent
 from support.tools import issue_refund
 from tests.harness import point_at_sandbox, refund_harness
 
@@ -39,10 +38,8 @@ def small_refund(ctx, input):
 @pytest.fixture
 def world(sandbox, settings, tenant):
     point_at_sandbox(settings, sandbox)
-    harness = refund_harness(tenant)
-    harness.registry = Registry([refund_support, small_refund])
-    harness.engine = harness.build()
-    order = sandbox.get(f"/shop/orders/{ORDER}").json()
+    harness = refund_harness(tenant, small_refund)
+    order = sandbox.order(ORDER)
     return harness, sandbox, order
 
 

@@ -15,9 +15,8 @@ from pydantic import BaseModel
 from accounts.models import ApiToken
 from accounts.provider_accounts import provider_account_set
 from agentruns.models import Run, Step
-from agentruns.runtime import Registry, agent
+from agentruns.runtime import agent
 from approvals.models import Approval
-from support.agents import refund_support
 from support.tools import issue_refund
 from tests.harness import API_KEY, point_at_sandbox, refund_harness
 
@@ -47,10 +46,7 @@ def direct_refund(ctx, input):
 @pytest.fixture
 def world(sandbox, settings, other_tenant):
     point_at_sandbox(settings, sandbox)
-    harness = refund_harness(other_tenant)
-    harness.registry = Registry([refund_support, direct_refund])
-    harness.engine = harness.build()
-    return harness, sandbox
+    return refund_harness(other_tenant, direct_refund), sandbox
 
 
 def _give_other_its_accounts(other_tenant, sandbox, monkeypatch) -> None:
