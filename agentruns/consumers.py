@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db.utils import InterfaceError, OperationalError
 from django.template.loader import render_to_string
 
 from accounts.navigation import attention_for
 from agentruns.models import Run, RunEvent
+from agentruns.runtime.outages import Outage
 from agentruns.selectors import run_detail_context, run_list_context, run_matches
 
 POLL_SECONDS = 0.5
+# One per web process: every open page of it waits out an outage, logged once.
+PAGES_OUTAGE = Outage("live pages", logging.getLogger("holdfast.pages"))
 # Sequence values are handed out before commit: an event with a lower id can
 # become visible after a higher one. Re-read this many ids behind the newest.
 TRAILING_WINDOW = 500
@@ -84,7 +89,14 @@ class RunsConsumer(AsyncWebsocketConsumer):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.poked.wait(), timeout=POLL_SECONDS)
             self.poked.clear()
-            fragments = await database_sync_to_async(self._changes)()
+            try:
+                fragments = await database_sync_to_async(self._changes)()
+            except (OperationalError, InterfaceError) as exc:
+                # The database is away (or locked): keep the socket, wait, look again.
+                # database_sync_to_async closes the thread's broken connection.
+                await asyncio.sleep(PAGES_OUTAGE.failed(exc) + POLL_SECONDS)
+                continue
+            PAGES_OUTAGE.recovered()
             if fragments:
                 await self.send(text_data=fragments)
 

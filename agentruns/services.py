@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from accounts.models import DEFAULT_TENANT_SLUG, Tenant
+from agentruns import shutdown
 from agentruns.models import Run
 from agentruns.runtime import (
     ApprovalGate,
@@ -53,6 +54,7 @@ def engine_settings() -> EngineSettings:
         time_slice_seconds=conf["TIME_SLICE_SECONDS"],
         max_claims_without_progress=conf["MAX_CLAIMS_WITHOUT_PROGRESS"],
         inline_result_limit=conf["INLINE_RESULT_LIMIT"],
+        reconnect_seconds=conf["RECONNECT_SECONDS"],
     )
 
 
@@ -112,6 +114,7 @@ def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engin
         approvals=parts.approvals(),
         desk=parts.desk(),
         credentials=parts.credentials(),
+        stopping=shutdown.stopping,
     )
 
 

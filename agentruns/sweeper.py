@@ -104,6 +104,11 @@ def acquire_sweeper_lease(owner: str, ttl: float) -> bool:
     return taken == 1
 
 
+def release_sweeper_lease(owner: str) -> None:
+    """A sweeper that stops hands the lease over at once instead of letting it lapse."""
+    SweeperLease.objects.filter(name=SWEEPER_LEASE_NAME, owner=owner).update(expires_at=None)
+
+
 def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> SweepReport | None:
     """One pass. Returns None when another sweeper holds the lease."""
     conf = settings.HOLDFAST

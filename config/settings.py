@@ -225,6 +225,13 @@ HOLDFAST = {
     "SWEEP_INTERVAL_SECONDS": env_float("HOLDFAST_SWEEP_INTERVAL_SECONDS", 0.5),
     # Step results larger than this go to Blob storage.
     "INLINE_RESULT_LIMIT": env_int("HOLDFAST_INLINE_RESULT_LIMIT", 256 * 1024),
+    # While the database connection is lost (a restart, a failover), a worker retries
+    # its writes this long, the sweeper and the live pages until it is back.
+    "RECONNECT_SECONDS": env_float("HOLDFAST_RECONNECT_SECONDS", 15.0),
+    # On SIGTERM a worker finishes its current step (or abandons a call still in
+    # flight) and releases its run within this many seconds: less than honcho's 5 s
+    # and systemd's 90 s before they kill.
+    "SHUTDOWN_GRACE_SECONDS": env_float("HOLDFAST_SHUTDOWN_GRACE_SECONDS", 4.0),
 }
 
 # --- The sandbox and the adapters that talk to it -----------------------------

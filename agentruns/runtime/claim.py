@@ -199,6 +199,9 @@ class Claim:
             self.engine.monotonic() - self.started > self.settings.time_slice_seconds
         ):
             self.suspend(RunStatus.QUEUED, "time slice used up", requeue=True)
+        if forward and self.engine.stopping():
+            # The worker is shutting down: another one continues the run at once.
+            self.suspend(RunStatus.QUEUED, "the worker is shutting down", requeue=True)
         if forward:
             self._check_budget(model=model)
 

@@ -51,6 +51,10 @@ class EngineSettings:
     time_slice_seconds: float = 30.0
     max_claims_without_progress: int = 5
     inline_result_limit: int = 256 * 1024
+    # How long a write is retried while the database connection is lost. A fact (a
+    # provider's answer) may be recorded after the lease is lost, so this may
+    # outlive the lease; past it the run is recovered by the usual path.
+    reconnect_seconds: float = 15.0
 
 
 ProviderFactory = Callable[[dict[str, Any], Agent], Any]
@@ -94,16 +98,20 @@ class Engine:
         approvals: ApprovalGate | None = None,
         desk: ReconciliationDesk | None = None,
         credentials: CredentialSource | None = None,
+        stopping: Callable[[], bool] | None = None,
     ):
         self.registry = registry
         self.approvals: ApprovalGate = approvals or NoApprovals()
         self.desk: ReconciliationDesk = desk or NoDesk()
         self.credentials: CredentialSource = credentials or NoCredentials()
+        # Whether the process was told to stop: a claim then hands its run back at the
+        # next step boundary instead of taking another step.
+        self.stopping: Callable[[], bool] = stopping or (lambda: False)
         self.settings = settings or EngineSettings()
         self.enqueue = enqueue or (lambda run_id: None)
         self.faults = faults or FaultPoints()
         self.providers = providers or default_providers
-        self.store = store or Store()
+        self.store = store or Store(reconnect_seconds=self.settings.reconnect_seconds)
         self.monotonic = monotonic
 
     def advance(self, run_id: uuid.UUID | str, *, owner: str | None = None) -> str:

@@ -14,6 +14,7 @@ clock (DESIGN §12.10): ``statement_timestamp()`` on PostgreSQL, ``'now'`` on SQ
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from psycopg.types.json import Jsonb
 from agentruns.dbclock import now_plus_sql, now_sql
 from agentruns.models import RunStatus, StepStatus
 from agentruns.runtime.approval import Guard
+from agentruns.runtime.outages import Outage, through_outages
 from agentruns.runtime.writes import (
     NOW,
     Committed,
@@ -59,9 +61,19 @@ STEP_JSON_COLUMNS = frozenset(
 )
 
 
+# One per process: a database outage is one warning when it starts and one when it
+# ends, however many runs this process was working on.
+ENGINE_OUTAGE = Outage("engine", logging.getLogger("holdfast.engine"))
+
+
 class Store:
-    def __init__(self, alias: str = "default"):
+    def __init__(self, alias: str = "default", *, reconnect_seconds: float = 15.0):
         self.alias = alias
+        # How long a statement is retried while the database connection is lost
+        # (a restart, a failover). Every statement is one whose repetition after a
+        # lost reply is harmless: the fence, a compare-and-set or a step's status
+        # decides, so a write that did commit is never made twice.
+        self.reconnect_seconds = reconnect_seconds
         # The backend never changes for an alias; looking it up per value is costly.
         self.vendor: str = connections[alias].vendor
         self.now_sql = now_sql(self.vendor)
@@ -206,7 +218,11 @@ class Store:
         run_sql, run_params = self._run_update(
             {"lease_expires_at": NowPlus(seconds)}, *self._fenced(fence), bump_version=False
         )
-        return self._transition(run_sql, run_params, None, None, run_id=fence.run_id).fenced
+        # Not retried: a renewal that misses is the heartbeat's to try next time, and
+        # the call it renews for must not wait on an outage to finish.
+        return self._transition(
+            run_sql, run_params, None, None, run_id=fence.run_id, reconnect_seconds=0
+        ).fenced
 
     # --- claims and wake-ups: each its own compare-and-set, no fence -----------------
 
@@ -347,9 +363,12 @@ class Store:
         run_id: uuid.UUID | None = None,
         fact: bool = False,
         unless_cancelled: bool = False,
+        reconnect_seconds: float | None = None,
     ) -> Committed:
         if self.vendor == "postgresql":
-            committed = self._transition_pg(run_sql, run_params, step, event, fact, run_id)
+            committed = self._transition_pg(
+                run_sql, run_params, step, event, fact, run_id, reconnect_seconds
+            )
         else:
             committed = self._transition_sqlite(run_sql, run_params, step, event, fact, run_id)
         if unless_cancelled and not committed.fenced and run_id is not None:
@@ -357,6 +376,17 @@ class Store:
         return committed
 
     def _guarded(self, guards: list[Guard], run_sql, run_params, step, event) -> Committed:
+        if self.vendor != "postgresql":
+            return self._guarded_once(guards, run_sql, run_params, step, event)
+        # A transaction the lost connection cut short was rolled back by the server.
+        return through_outages(
+            lambda: self._guarded_once(guards, run_sql, run_params, step, event),
+            outage=ENGINE_OUTAGE,
+            budget=self.reconnect_seconds,
+            alias=self.alias,
+        )
+
+    def _guarded_once(self, guards: list[Guard], run_sql, run_params, step, event) -> Committed:
         """The guards, then the fenced transition, in one explicit transaction.
 
         Both backends run the guards first: when one matches no row nothing else
@@ -469,7 +499,7 @@ class Store:
             where += f" AND EXISTS (SELECT 1 FROM {source})"
         return f"UPDATE agentruns_step SET {set_sql} WHERE {where} RETURNING id"
 
-    def _transition_pg(self, run_sql, run_params, step, event, fact, run_id):
+    def _transition_pg(self, run_sql, run_params, step, event, fact, run_id, reconnect_seconds):
         params: list[Any] = []
         ctes = []
         if step is not None and fact:
@@ -505,11 +535,20 @@ class Store:
             f"(SELECT cancel_requested_at FROM r) IS NOT NULL, "
             f"(SELECT count(*) FROM r), {step_select}"
         )
-        row = self._execute_pg(sql, params)
+        row = self._execute_pg(sql, params, reconnect_seconds=reconnect_seconds)
         version, cancel_requested, matched, step_pk = row
         return Committed(bool(matched), version, bool(cancel_requested), step_pk)
 
-    def _execute_pg(self, sql: str, params: list[Any]):
+    def _execute_pg(self, sql: str, params: list[Any], *, reconnect_seconds: float | None = None):
+        """One statement, its own transaction; retried while the connection is lost."""
+        return through_outages(
+            lambda: self._execute_pg_once(sql, params),
+            outage=ENGINE_OUTAGE,
+            budget=self.reconnect_seconds if reconnect_seconds is None else reconnect_seconds,
+            alias=self.alias,
+        )
+
+    def _execute_pg_once(self, sql: str, params: list[Any]):
         conn = self.connection
         conn.ensure_connection()
         # The engine's own statements are server-side prepared on the raw psycopg
