@@ -32,6 +32,7 @@ from agentruns.runtime import (
     RequestConflict,
     validation_errors,
 )
+from agentruns.selectors import run_owner, send_may_land_until
 from agentruns.services import run_start
 
 
@@ -63,6 +64,19 @@ def _authenticate(request: HttpRequest, scope: str, permission: str) -> ApiToken
     return token
 
 
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def owner_json(run: Run) -> dict[str, Any] | None:
+    """The worker holding the run (or last holding it: a ``lease_expires_at`` in the
+    past means its lease lapsed and any worker may take the run), or None."""
+    owner = run_owner(run)
+    if owner is None:
+        return None
+    return {"host": owner.host, "pid": owner.pid, "lease_expires_at": _iso(owner.lease_expires_at)}
+
+
 def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": str(run.id),
@@ -79,6 +93,7 @@ def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
         "created_at": run.created_at.isoformat(),
         "updated_at": run.updated_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "owner": owner_json(run),
     }
     if steps:
         data["steps"] = [
@@ -94,6 +109,10 @@ def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
                 "error": step.last_error or None,
                 "started_at": step.started_at.isoformat() if step.started_at else None,
                 "completed_at": step.completed_at.isoformat() if step.completed_at else None,
+                # The last send's time, and while it is in flight (cleared, no answer
+                # recorded) until when it may still land at the provider; else None.
+                "sent_at": _iso(step.last_sent_at),
+                "may_land_until": _iso(send_may_land_until(run, step)),
             }
             for step in run.steps.order_by("seq")
         ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import uuid
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -13,9 +14,10 @@ from django.utils import timezone
 
 from accounts.models import AuditEntry, Tenant
 from accounts.services import for_tenant
+from agentruns.dbclock import DbNow
 from agentruns.models import TERMINAL_STATUSES, Run, RunStatus, Step, StepKind, StepStatus
 from agentruns.money import format_amount
-from agentruns.services import get_registry
+from agentruns.services import engine_settings, get_registry
 
 PAGE_SIZE = 50
 # Tab counts stop at this many: "1000+" says as much as an exact 213,419 and costs
@@ -185,18 +187,128 @@ def step_timing(step: Step, *, approved: bool, asked: bool = False) -> StepTimin
     return StepTiming(step.last_sent_at, end)
 
 
+class RunOwner(NamedTuple):
+    """The worker recorded as holding a run: ``Run.lease_owner`` is ``host:pid:random``
+    (``runtime.engine.new_owner_id``). ``pid`` is None for an owner id of another shape."""
+
+    host: str
+    pid: int | None
+    lease_expires_at: datetime | None
+
+
+def run_owner(run: Run) -> RunOwner | None:
+    """Who holds ``run``'s lease, or held it last if the lease lapsed; None when the
+    run was released (suspended, finished, waiting for a person) or never claimed."""
+    if not run.lease_owner:
+        return None
+    parts = run.lease_owner.rsplit(":", 2)
+    if len(parts) == 3 and parts[1].isdigit():
+        return RunOwner(parts[0], int(parts[1]), run.lease_expires_at)
+    return RunOwner(run.lease_owner, None, run.lease_expires_at)
+
+
+def is_in_flight(step: Step) -> bool:
+    """A send of this effect step was cleared and no answer to it is recorded yet."""
+    return (
+        step.is_effect
+        and step.status == StepStatus.RUNNING
+        and step.in_flight
+        and step.last_sent_at is not None
+    )
+
+
+def send_may_land_until(run: Run, step: Step) -> datetime | None:
+    """Until when ``step``'s send in flight may still reach the provider; None when
+    no send of it is in flight.
+
+    The engine does not record this instant, so it is computed here from what it does
+    record, by the engine's own rule. The clearing commit stamps ``last_sent_at`` with
+    the database clock; the worker sends only while the tool's whole timeout still fits
+    in the tool's send budget counted from that commit (``runtime.sending.send``); and
+    recovery treats ``last_sent_at + send budget`` as the instant after which the send
+    can no longer land, waiting for it before a lookup's "not found" may mean "did not
+    happen" (``runtime.recovery.recover_ambiguous``). The budget is
+    ``runtime.sending.send_budget``'s: min(tool timeout + send margin, the deployment's
+    longest send budget). A tool this deployment no longer has gets the longest budget,
+    which bounds every send.
+    """
+    if not is_in_flight(step):
+        return None
+    settings = engine_settings()
+    tool = get_registry().tool_of(run, step.name)
+    budget = settings.max_send_budget_seconds
+    if tool is not None:
+        budget = min(tool.timeout + settings.send_margin_seconds, budget)
+    return step.last_sent_at + timedelta(seconds=budget)
+
+
+class SendInFlight(NamedTuple):
+    """A send in flight as the run page shows it: ``seconds`` are whole seconds until
+    its deadline (``passed`` False) or since it (``passed`` True)."""
+
+    step_id: str
+    sent_at: datetime
+    may_land_until: datetime
+    seconds: int
+    passed: bool
+
+
+def _whole_seconds(seconds: float) -> int:
+    # "expires in 1 s" until the instant itself, "expired 0 s ago" just after it.
+    return math.ceil(seconds) if seconds > 0 else math.floor(-seconds)
+
+
+def run_holder_context(run: Run, steps: list[Step] | None = None) -> dict[str, Any]:
+    """Which worker holds ``run`` and what it has in flight, measured on the database's
+    clock (leases and sends are stamped with it; the web host's clock may differ).
+
+    ``owner`` is a ``RunOwner`` or None; ``lease_left`` is whole seconds until its
+    lease expires or, with ``lease_expired``, since it did; ``sends_in_flight`` are
+    ``SendInFlight``s; ``holder_changing`` says the page should read this again soon
+    (a lease or a send deadline is counting). ``steps``: the run's steps, when the
+    caller has them already.
+    """
+    now = Run.objects.filter(pk=run.pk).annotate(now=DbNow()).values_list("now", flat=True)[0]
+    if steps is None:
+        steps = list(run.steps.filter(status=StepStatus.RUNNING, in_flight=True).order_by("seq"))
+    sends = []
+    for step in steps:
+        may_land_until = send_may_land_until(run, step)
+        if may_land_until is not None:
+            left = (may_land_until - now).total_seconds()
+            sends.append(
+                SendInFlight(
+                    step.step_id, step.last_sent_at, may_land_until, _whole_seconds(left), left <= 0
+                )
+            )
+    owner = run_owner(run)
+    context: dict[str, Any] = {
+        "owner": owner,
+        "lease_expired": False,
+        "lease_left": None,
+        "sends_in_flight": sends,
+        "holder_changing": owner is not None or bool(sends),
+    }
+    if owner is not None and owner.lease_expires_at is not None:
+        left = (owner.lease_expires_at - now).total_seconds()
+        context["lease_expired"] = left <= 0
+        context["lease_left"] = _whole_seconds(left)
+    return context
+
+
 class StepRow(NamedTuple):
     """One step of the timeline, with what it waits for: the approval a planned step
     waits on, the open case an unknown step waits on (None when it waits for neither),
-    and its timing."""
+    its timing, and until when its send may still land while one is in flight."""
 
     step: Step
     awaiting_approval: Any
     open_case: Any
     timing: StepTiming | None = None
+    may_land_until: datetime | None = None
 
 
-def _step_rows(run: Run, approvals: list, cases: list) -> list[StepRow]:
+def _step_rows(run: Run, steps: list[Step], approvals: list, cases: list) -> list[StepRow]:
     # At most one of each per step: one pending approval per (run, step_id)
     # (approval_one_live_per_step) and one case per step (a one-to-one).
     pending = {approval.step_id: approval for approval in approvals if approval.is_pending}
@@ -204,13 +316,13 @@ def _step_rows(run: Run, approvals: list, cases: list) -> list[StepRow]:
     consumed = {a.consumed_by_effect_key for a in approvals if a.consumed_by_effect_key}
     asked = {approval.step_id for approval in approvals}
     rows = []
-    for step in run.steps.order_by("seq"):
+    for step in steps:
         approval = pending.get(step.step_id) if step.status == StepStatus.PLANNED else None
         case = open_cases.get(step.pk) if step.status == StepStatus.UNKNOWN else None
         timing = step_timing(
             step, approved=step.effect_key in consumed, asked=step.step_id in asked
         )
-        rows.append(StepRow(step, approval, case, timing))
+        rows.append(StepRow(step, approval, case, timing, send_may_land_until(run, step)))
     return rows
 
 
@@ -231,15 +343,18 @@ def run_detail_context(run: Run, user) -> dict[str, Any]:
     tenant's; so are its approvals and cases.)
 
     ``approvals`` are (approval, amount as a person reads it), newest first;
-    ``steps`` are ``StepRow``s in the run's order.
+    ``steps`` are ``StepRow``s in the run's order; the worker holding the run is
+    described by ``run_holder_context``'s keys.
     """
     approvals = list(run.approvals.order_by("-id"))
     cases = list(run.cases.order_by("id"))
+    steps = list(run.steps.order_by("seq"))
     return {
         "run": run,
+        **run_holder_context(run, steps),
         "approvals": [(a, format_amount(a.amount, a.currency)) for a in approvals],
         "cases": cases,
-        "steps": _step_rows(run, approvals, cases),
+        "steps": _step_rows(run, steps, approvals, cases),
         "events": list(run.events.order_by("-id")[:200]),
         "audit": _audit_of(run),
         "can_cancel": user.has_perm("accounts.cancel_runs")

@@ -13,7 +13,7 @@ from accounts.access import operator_required, user_actor
 from accounts.services import audit_record, for_tenant
 from agentruns.models import Run
 from agentruns.runtime import CancelRefused
-from agentruns.selectors import run_detail_context, run_list_context
+from agentruns.selectors import run_detail_context, run_holder_context, run_list_context
 from agentruns.services import run_cancel, run_wake
 
 
@@ -36,6 +36,11 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @operator_required("view_runs")
 def run_detail(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _run_or_404(request, run_id)
+    if request.htmx and request.GET.get("part") == "holder":
+        # The worker line re-reads itself while a lease or a send deadline counts:
+        # heartbeats renew a lease without writing an event the live socket would see.
+        context = {"run": run, **run_holder_context(run)}
+        return render(request, "agentruns/run_detail.html#holder", context)
     context = run_detail_context(run, request.user)
     template = "agentruns/run_detail.html#summary" if request.htmx else "agentruns/run_detail.html"
     return render(request, template, context)
