@@ -361,4 +361,41 @@ def crashy(ctx: RunContext, input: dict[str, Any]) -> dict[str, Any]:
     return {"effects": effects, "receipt": receipt.value}
 
 
-AGENTS = [crashy]
+class PlodInput(BaseModel):
+    steps: int = Field(default=12, ge=1, le=100)
+    seconds: float = Field(default=0.3, ge=0, le=5)
+
+
+class SlowNoteArgs(BaseModel):
+    n: int
+    seconds: float
+
+
+@tool(
+    name="slow_note",
+    args=SlowNoteArgs,
+    description="Read a note slowly (a read that takes a while).",
+    recovery=READ_ONLY,
+    timeout=10.0,
+)
+def slow_note(request: dict[str, Any], call: CallInfo) -> dict[str, Any]:
+    time.sleep(request["seconds"])
+    conn = connect_ledger()
+    try:
+        _record_execution(conn, "slow_note", request, call, "read")
+    finally:
+        conn.close()
+    return {"n": request["n"], "pid": os.getpid()}
+
+
+@agent(name="plodder", version=1, tools=[slow_note], input_model=PlodInput)
+def plodder(ctx: RunContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Many slow read steps: a run that is always between two steps soon."""
+    pids = [
+        ctx.tool("slow_note", {"n": n, "seconds": input["seconds"]}).value["pid"]
+        for n in range(input["steps"])
+    ]
+    return {"pids": pids}
+
+
+AGENTS = [crashy, plodder]

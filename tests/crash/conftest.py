@@ -18,7 +18,16 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tests.crash.agents import LEDGER_ENV, create_ledger
-from tests.crash.harness import MANAGE, PYTHON, ROOT, CrashWorld, EngineDatabase, Ledger
+from tests.crash.harness import (
+    MANAGE,
+    PYTHON,
+    ROOT,
+    CrashWorld,
+    EngineDatabase,
+    Ledger,
+    RefundWorld,
+)
+from tests.harness import Sandbox
 
 # --- fixtures ------------------------------------------------------------------------
 
@@ -120,3 +129,18 @@ def world(tmp_path: Path, fresh_database) -> Iterator[CrashWorld]:
     finally:
         # Before the database goes: no process of this test may outlive it.
         crash_world.kill_all()
+
+
+@pytest.fixture
+def refunds(world: CrashWorld, sandbox: Sandbox) -> RefundWorld:
+    world.env.update(
+        {
+            "HOLDFAST_AGENT_MODULES": "support.agents",
+            "PAYMENTS_API_BASE": sandbox.url,
+            "SHOP_API_BASE": sandbox.url,
+            "EMAIL_HOST": "127.0.0.1",
+            "EMAIL_PORT": str(sandbox.smtp_port),
+        }
+    )
+    assert sandbox.stats()["refunds"]["total"] == 0
+    return RefundWorld(world, sandbox)

@@ -19,13 +19,14 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 from tests.crash.agents import connect_ledger
+from tests.harness import Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -45,6 +46,9 @@ TERMINAL = {
 }
 # A run in one of these waits for a person: no worker will move it again.
 NEEDS_A_PERSON = {"effect_unknown_reconciliation_required", "blocked", "waiting_for_approval"}
+
+# What each refund run of the crash tests refunds (minor units); every demo order is larger.
+AMOUNT = 700
 
 SQLITE_NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
 
@@ -71,9 +75,18 @@ class EngineDatabase:
             import psycopg
             from psycopg.rows import dict_row
 
-            if self._pg is None or self._pg.closed:
-                self._pg = psycopg.connect(self.postgres_url, autocommit=True, row_factory=dict_row)
-            return list(self._pg.execute(sql, params).fetchall())
+            for attempt in range(40):
+                try:
+                    if self._pg is None or self._pg.closed or self._pg.broken:
+                        self._pg = psycopg.connect(
+                            self.postgres_url, autocommit=True, row_factory=dict_row
+                        )
+                    return list(self._pg.execute(sql, params).fetchall())
+                except psycopg.OperationalError:
+                    # The observer outlives a restart of the server too.
+                    if attempt == 39:
+                        raise
+                    time.sleep(0.25)
         conn = sqlite3.connect(self.sqlite_path, timeout=10.0, isolation_level=None)
         conn.row_factory = sqlite3.Row
         try:
@@ -261,13 +274,13 @@ class CrashWorld:
         return proc
 
     def start_cluster(self, name: str = "qcluster", *, faults: str | None = None) -> Proc:
-        return self.start(name, "qcluster", faults=faults)
+        return self.start(name, "worker", faults=faults)
 
     def start_sweeper(self) -> Proc:
         return self.start("sweeper", "sweep", "--loop")
 
-    def startrun(self, input: dict[str, Any]) -> str:
-        proc = self.start("startrun", "startrun", "crashy", "--input", json.dumps(input))
+    def startrun(self, input: dict[str, Any], *, agent: str = "crashy") -> str:
+        proc = self.start("startrun", "startrun", agent, "--input", json.dumps(input))
         self.wait_exit(proc)
         if proc.popen.returncode != 0:
             pytest.fail(f"startrun failed\n{self.diagnostics()}")
@@ -354,4 +367,109 @@ class CrashWorld:
         except Exception as exc:
             parts.append(f"(could not read the ledger: {type(exc).__name__}: {exc})")
         parts.extend(proc.tail() for proc in self.procs)
+        return "\n".join(parts)
+
+
+# --- the refund agent against the sandbox ----------------------------------------------
+
+
+@dataclass
+class RefundWorld:
+    """The crash world with its workers pointed at the sandbox."""
+
+    world: CrashWorld
+    sandbox: Sandbox
+    run_ids: list[str] = field(default_factory=list)
+
+    def order(self, order_id: str) -> dict[str, Any]:
+        answer = self.sandbox.get(f"/shop/orders/{order_id}")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    # processes
+
+    def start_run(self, order_id: str, **extra: Any) -> str:
+        run_input = {"order_id": order_id, "amount": AMOUNT, "email_customer": False, **extra}
+        proc = self.world.start(
+            "startrun", "startrun", "refund_support", "--input", json.dumps(run_input)
+        )
+        self.world.wait_exit(proc)
+        if proc.popen.returncode != 0:
+            pytest.fail(f"startrun failed\n{self.explain()}")
+        run_id = proc.output().strip().splitlines()[-1]
+        uuid.UUID(run_id)
+        self.run_ids.append(run_id)
+        return run_id
+
+    def kill_cluster_at(self, fault: str, order_id: str, **run_input: Any) -> str:
+        """Start a cluster armed to kill its group at ``fault``, start a run, wait for the death.
+
+        Every earlier cluster is dead and the sweeper is not running yet, so this
+        cluster is the only worker and this run the only one it can take.
+        """
+        cluster = self.world.start_cluster("qcluster-armed", faults=f"{fault}=killgroup")
+        run_id = self.start_run(order_id, **run_input)
+        self.world.wait_group_gone(cluster)
+        return run_id
+
+    def restart(self) -> None:
+        self.world.start_cluster("qcluster-clean")
+        self.world.start_sweeper()
+
+    def wait_for_status(self, run_id: str, status: str) -> dict[str, Any]:
+        """Wait for the run to reach ``status``; fail at once if it settles anywhere else."""
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while True:
+            run = self.world.db.run(run_id)
+            if run["status"] == status:
+                return run
+            if run["status"] in TERMINAL | NEEDS_A_PERSON:
+                pytest.fail(
+                    f"run {run_id} settled as {run['status']!r}, not {status!r}\n{self.explain()}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"run {run_id} is not {status} after {DEADLINE_SECONDS}s\n{self.explain()}"
+                )
+            time.sleep(POLL_SECONDS)
+
+    # the records
+
+    def stats(self) -> dict[str, Any]:
+        return self.sandbox.stats()
+
+    def refunds_of(self, payment_intent: str) -> dict[str, int]:
+        by_intent = self.stats()["refunds"]["by_payment_intent"]
+        return by_intent.get(payment_intent, {"count": 0, "amount": 0})
+
+    def listed_refunds(self, payment_intent: str) -> list[Any]:
+        """Every refund of a payment, as the Stripe SDK lists them."""
+        page = self.sandbox.client().v1.refunds.list(
+            params={"payment_intent": payment_intent, "limit": 100}
+        )
+        assert not page.has_more, self.explain()
+        return list(page.data)
+
+    def tool_steps(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """The run's tool steps by tool name; a tool recorded twice fails the test."""
+        steps = [s for s in self.world.db.steps(run_id) if s["kind"] != "model"]
+        assert len({s["name"] for s in steps}) == len(steps), self.explain()
+        return {step["name"]: step for step in steps}
+
+    def explain(self) -> str:
+        """Every run of the test, the processes' output, and the sandbox's records."""
+        parts = []
+        for run_id in self.run_ids:
+            try:
+                parts.append(f"run: {self.world.db.run(run_id)}")
+                parts.extend(f"  step: {step}" for step in self.world.db.steps(run_id))
+                parts.extend(f"  event: {event}" for event in self.world.db.events(run_id))
+            except Exception as exc:
+                parts.append(f"(could not read run {run_id}: {type(exc).__name__}: {exc})")
+        parts.extend(proc.tail() for proc in self.world.procs)
+        try:
+            parts.append(f"sandbox stats: {self.stats()}")
+            parts.append(f"sandbox messages: {self.sandbox.get('/_sandbox/messages').json()}")
+        except Exception as exc:
+            parts.append(f"(could not read the sandbox: {type(exc).__name__}: {exc})")
         return "\n".join(parts)
