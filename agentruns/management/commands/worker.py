@@ -72,7 +72,14 @@ class Command(BaseCommand):
         # After Cluster() installed its own: its handler is the one that hangs.
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        cluster.start()
+        try:
+            cluster.start()
+        except RuntimeError:
+            if not stopping:
+                raise
+            # Told to stop while starting: the supervisor ended before it was ready.
+            log.info("worker cluster %s: stopped while starting", os.getpid())
+            return
         while cluster.sentinel.is_alive() and not stopping:
             time.sleep(0.2)
         deadline = time.monotonic() + settings.HOLDFAST["SHUTDOWN_GRACE_SECONDS"] + MARGIN_SECONDS
