@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -272,11 +273,44 @@ OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
 OPENAI_MODEL = env_str("OPENAI_MODEL", "gpt-4o-mini")
 OPENAI_TIMEOUT_SECONDS = env_float("OPENAI_TIMEOUT_SECONDS", 20.0)
 
+# --- Operations: health, metrics, logs ------------------------------------------
+# Every database read of /readyz and of /metrics' aggregates answers within this
+# (a statement timeout on PostgreSQL, a deadline for the answer everywhere).
+HOLDFAST_PROBE_TIMEOUT_SECONDS = env_float("HOLDFAST_PROBE_TIMEOUT_SECONDS", 2.0)
+# /readyz: the sweeper's lease may have expired this long ago (one sweeper handing
+# over to another) before the deployment is not ready.
+HOLDFAST_READY_SWEEPER_GRACE_SECONDS = env_float("HOLDFAST_READY_SWEEPER_GRACE_SECONDS", 5.0)
+# /readyz: the longest a due run may wait for a worker.
+HOLDFAST_READY_QUEUE_LAG_SECONDS = env_float("HOLDFAST_READY_QUEUE_LAG_SECONDS", 60.0)
+# /metrics asks for `Authorization: Bearer <token>` when this is set.
+HOLDFAST_METRICS_TOKEN = env_str("HOLDFAST_METRICS_TOKEN", "")
+# Where each process writes its metrics for the host's scrape to add up. Exported:
+# prometheus_client picks its multiprocess mode from the environment when it is
+# first imported, which django-q2 does while the apps load.
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "prometheus"))
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR
+
+# "json": one JSON object a line, with the run, step and effect key (config/logging.py).
+HOLDFAST_LOG_FORMAT = env_str("HOLDFAST_LOG_FORMAT", "plain")
+if HOLDFAST_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(
+        f"HOLDFAST_LOG_FORMAT must be 'plain' or 'json', not {HOLDFAST_LOG_FORMAT!r}"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "config.logging.JsonFormatter"},
+    },
+    "filters": {"run_context": {"()": "config.logging.RunContextFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": HOLDFAST_LOG_FORMAT,
+            "filters": ["run_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("HOLDFAST_LOG_LEVEL", "INFO")},
 }
 

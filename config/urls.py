@@ -4,6 +4,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from accounts import views as accounts_views
+from config import health, metrics
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="run-list", permanent=False)),
@@ -11,6 +12,10 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("audit/", accounts_views.audit_list, name="audit-list"),
     path("admin/", admin.site.urls),
+    # For load balancers, orchestrators and Prometheus: no login (config/health.py).
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("", include("agentruns.urls")),
     path("", include("approvals.urls")),
     path("", include("reconciliation.urls")),

@@ -8,7 +8,9 @@ by itself; this module hands each part to the app that uses it:
   (``accounts.provider_accounts``): ``agentruns.services.build_engine`` builds
   with them;
 - the sweeper gets its duties, in the order one pass performs them;
-- the navigation gets the attention counts every page shows.
+- the navigation gets the attention counts every page shows;
+- the engine's measurements go to Prometheus (``config.metrics``), and the JSON
+  log lines read the run and step the engine works on (``config.logging``).
 
 ``install()`` runs once per process, from ``HoldfastConfig.ready()``: the web
 process, each worker, the sweeper, every command and the tests alike.
@@ -19,10 +21,13 @@ from __future__ import annotations
 from accounts import navigation
 from accounts.provider_accounts import TenantCredentials
 from agentruns import services, sweeper
+from agentruns.runtime import observe
 from agentruns.selectors import run_attention_counts
 from approvals.gate import DatabaseApprovalGate
 from approvals.selectors import pending_approval_count
 from approvals.services import approvals_expire_duty, approvals_resume_duty
+from config import logging as log_format
+from config import metrics
 from reconciliation.desk import DatabaseDesk
 from reconciliation.selectors import open_case_count
 from reconciliation.services import cases_sweep_duty
@@ -52,3 +57,5 @@ def install() -> None:
     )
     sweeper.install_duties(SWEEPER_DUTIES)
     navigation.install_attention(ATTENTION_COUNTERS)
+    observe.install_sink(metrics.process_sink())
+    log_format.install_context(observe.log_context)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from django.db import connections
 
 from agentruns.models import Run, RunStatus, Step, StepKind
-from agentruns.runtime import endings
+from agentruns.runtime import endings, observe
 from agentruns.runtime.context import RunContext
 from agentruns.runtime.control import (
     Abandon,
@@ -81,6 +81,7 @@ class Claim:
         self.agent: Agent | None = None
         # What the agent declared its ending means (ctx.outcome), replayed or new.
         self.declared_outcome: tuple[str, str] | None = None
+        observe.claimed(run.agent_name, took_over=bool(run.lease_owner))  # read before the claim
         run.refresh_from_db()
         self.counters = {
             "steps": run.steps_used,
@@ -91,6 +92,7 @@ class Claim:
 
     # --- the replay loop ------------------------------------------------------------
 
+    @observe.run_scoped
     def execute(self) -> str:
         """Advance the run until it suspends, finishes or is blocked; say which."""
         try:

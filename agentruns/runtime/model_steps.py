@@ -19,6 +19,7 @@ from agentruns.llm.base import ModelError, ModelReply, ModelRequest, ModelUnavai
 from agentruns.llm.providers import ModelConfigurationError
 from agentruns.models import RunStatus, Step, StepKind, StepStatus
 from agentruns.runtime import faults as fault_points
+from agentruns.runtime import observe
 from agentruns.runtime.control import AgentUsageError, Finish, Suspend
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.outcomes import Ending
@@ -75,6 +76,7 @@ def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> Model
     error: ModelError | None = None
     reply: ModelReply | None = None
     called_at = claim.engine.monotonic()
+    observe.call_started(claim.run.agent_name, StepKind.MODEL, "chat", step_id, None)
     try:
         with claim.heartbeat(timeout):
             reply = provider.complete(request, timeout=timeout)
@@ -82,6 +84,7 @@ def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> Model
         error = exc
     except Exception as exc:  # an adapter bug: nothing usable came back
         error = ModelUnavailable(f"{type(exc).__name__}: {exc}")
+    observe.call_returned(error)
     claim.reach(fault_points.AFTER_CALL_RETURNED, "chat")
     attempt = _Attempt(claim, seq, step_id, step_input, input_hash, recorded, called_at)
     evidence = {
@@ -163,6 +166,7 @@ def _succeeded(
     # Recorded after the call: its start is now less the call's length.
     step = attempt.write(values, started_at=claim.called_at(attempt.called_at))
     claim.decide(run_set, step=step, event=Event("step_succeeded", step_id))
+    observe.step_settled(claim.run.agent_name, StepKind.MODEL, "chat", step_id, "succeeded")
     claim.counters["model_calls"] += 1
     claim.counters["tokens"] += tokens
     claim.counters["cost_micros"] += cost
@@ -235,6 +239,7 @@ def _failed(attempt: _Attempt, error: ModelError, evidence: dict) -> NoReturn:
             step=attempt.write(values),
             event=Event.for_attempt(step_id, values),
         )
+        observe.step_settled(claim.run.agent_name, StepKind.MODEL, "chat", step_id, "failed")
         raise Finish(Ending.FAILED, f"model call failed after {attempts} attempt(s): {message}")
     delay = MODEL_RETRY.delay(attempts, retry_after=retry_after)
     values.update({"status": StepStatus.PLANNED})
@@ -247,4 +252,5 @@ def _failed(attempt: _Attempt, error: ModelError, evidence: dict) -> NoReturn:
         step=attempt.write(values),
         event=Event.for_attempt(step_id, values),
     )
+    observe.step_settled(claim.run.agent_name, StepKind.MODEL, "chat", step_id, "planned")
     raise Suspend(RunStatus.WAITING_FOR_RETRY, message)

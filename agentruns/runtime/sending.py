@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentruns.models import RunStatus, Step, StepStatus
 from agentruns.runtime import faults as fault_points
+from agentruns.runtime import observe
 from agentruns.runtime.control import LeaseLost, Suspend
 from agentruns.runtime.outcomes import Verdict, classify
 from agentruns.runtime.results import json_safe, known, new_step_view, provider_reference
@@ -100,10 +101,12 @@ def send(
     info = claim.call_info(step_id, step.effect_key, step.attempts, tool.timeout, approval_id)
     error: BaseException | None = None
     value = None
+    observe.call_started(claim.run.agent_name, step.kind, tool.name, step_id, step.effect_key)
     try:
         value = tool.call(step.request, info)
     except Exception as exc:
         error = exc
+    observe.call_returned(error)
     claim.reach(fault_points.AFTER_CALL_RETURNED, tool.name)
     return _answered(claim, tool, step, value, error)
 
@@ -306,6 +309,7 @@ def _after_record(claim: Claim, tool: Tool, step: Step, values: dict[str, Any]) 
     # The send's long lease is no longer needed: the next commit brings it back to
     # the normal length, so a worker that dies now is replaced in seconds.
     claim.lease_valid_until = 0.0
+    observe.step_settled(claim.run.agent_name, step.kind, tool.name, step.step_id, values["status"])
     claim.reach(fault_points.AFTER_RESULT_RECORDED, tool.name)
     if values.get("status") in (StepStatus.SUCCEEDED, StepStatus.FAILED):
         # Settled: status, result and error are all the caller reads.

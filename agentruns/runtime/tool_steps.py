@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from agentruns.models import RunStatus, Step, StepKind, StepStatus
 from agentruns.runtime import faults as fault_points
+from agentruns.runtime import observe
 from agentruns.runtime.control import AgentUsageError, Suspend
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.outcomes import Verdict, classify
@@ -76,11 +77,13 @@ def _read_only(claim: Claim, seq, step_id, kind, tool: Tool, canonical, input_ha
     error: BaseException | None = None
     value = None
     called_at = claim.engine.monotonic()
+    observe.call_started(claim.run.agent_name, kind, tool.name, step_id, None)
     try:
         with claim.heartbeat(tool.timeout):
             value = tool.call(canonical, info)
     except Exception as exc:
         error = exc
+    observe.call_returned(error)
     claim.reach(fault_points.AFTER_CALL_RETURNED, tool.name)
     verdict = classify(error)
 
@@ -122,6 +125,7 @@ def _read_only(claim: Claim, seq, step_id, kind, tool: Tool, canonical, input_ha
             step=write(values),
             event=Event.for_attempt(step_id, values),
         )
+        observe.step_settled(claim.run.agent_name, kind, tool.name, step_id, values["status"])
         if recorded is None:
             claim.counters["steps"] += 1
         return ToolResult(
@@ -138,6 +142,7 @@ def _read_only(claim: Claim, seq, step_id, kind, tool: Tool, canonical, input_ha
         step=write(values),
         event=Event.for_attempt(step_id, values),
     )
+    observe.step_settled(claim.run.agent_name, kind, tool.name, step_id, values["status"])
     raise Suspend(RunStatus.WAITING_FOR_RETRY, verdict.message)
 
 
@@ -149,6 +154,7 @@ def _read_only_succeeded(claim: Claim, tool: Tool, step_id, recorded, value, wri
         step=write(values, started_at=claim.called_at(called_at)),
         event=Event("step_succeeded", step_id),
     )
+    observe.step_settled(claim.run.agent_name, StepKind.TOOL, tool.name, step_id, "succeeded")
     if recorded is None:
         claim.counters["steps"] += 1
     claim.reach(fault_points.AFTER_RESULT_RECORDED, tool.name)
