@@ -97,4 +97,4 @@ def _poke_pages(run_id: str) -> None:
 
 
 # Redis (the channel layer) being away costs the pages one poll interval, nothing more.
-POKE_OUTAGE = Outage("live-page pokes (Redis)", logging.getLogger("holdfast.tasks"))
+POKE_OUTAGE = Outage("live-page pokes", logging.getLogger("holdfast.tasks"), resource="Redis")

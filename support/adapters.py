@@ -19,7 +19,9 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+import requests
 import stripe
+import urllib3
 
 from agentruns.runtime import Credentials, ProviderBusy, ToolRefused
 
@@ -46,12 +48,32 @@ def _retry_after(error: stripe.StripeError) -> float | None:
     return None
 
 
+def _never_connected(error: BaseException) -> bool:
+    """Whether the request failed before a connection was made (refused, unreachable,
+    a connect timeout): then not a byte of it reached the provider."""
+    cause = error.__cause__
+    if isinstance(cause, requests.exceptions.ConnectTimeout):
+        return True
+    if isinstance(cause, requests.exceptions.ConnectionError) and cause.args:
+        reason = getattr(cause.args[0], "reason", None)
+        return isinstance(
+            reason, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError
+        )
+    return False
+
+
 def translate_stripe_error(error: stripe.StripeError) -> Exception:
     """Map one Stripe error to the runtime's classification (DESIGN §7).
 
     A 400 idempotency_error (the key was used with other parameters) is not a
-    refusal: a request under that key may already have executed.
+    refusal: a request under that key may already have executed. A connection
+    that was never made sent nothing: the same request goes again later, for as
+    long as the provider is away, and no lookup or person is needed.
     """
+    if isinstance(error, stripe.APIConnectionError) and _never_connected(error):
+        return ProviderBusy(
+            f"the payments API is unreachable: {error.__cause__}", error_class="unreachable"
+        )
     status = error.http_status
     code = getattr(error, "code", None) or getattr(getattr(error, "error", None), "code", None)
     message = error.user_message or str(error)
@@ -184,5 +206,13 @@ def shop_order(account: Credentials, order_id: str, *, timeout: float) -> dict[s
         if error.code < 500:
             raise ToolRefused(
                 f"the shop refused the lookup ({error.code})", error_class="invalid_request"
+            ) from None
+        raise
+    except urllib.error.URLError as error:
+        if isinstance(error.reason, OSError):
+            # Refused, unreachable, timed out connecting: a read changes nothing, so
+            # it is asked again later, for as long as the shop is away.
+            raise ProviderBusy(
+                f"the shop is unreachable: {error.reason}", error_class="unreachable"
             ) from None
         raise

@@ -66,9 +66,10 @@ class Outage:
     pages of one web process), so a hundred open pages log one line, not a hundred.
     """
 
-    def __init__(self, what: str, logger: logging.Logger):
+    def __init__(self, what: str, logger: logging.Logger, *, resource: str = "database"):
         self.what = what
         self.logger = logger
+        self.resource = resource
         self._lock = threading.Lock()
         self._since: float | None = None
         self._failures = 0
@@ -86,8 +87,9 @@ class Outage:
                 self._since = time.monotonic()
                 first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 self.logger.warning(
-                    "%s: database unreachable (%s: %s); retrying",
+                    "%s: %s unreachable (%s: %s); retrying",
                     self.what,
+                    self.resource,
                     type(exc).__name__,
                     first_line,
                 )
@@ -100,7 +102,11 @@ class Outage:
             took = time.monotonic() - self._since
             failures, self._since, self._failures = self._failures, None, 0
         self.logger.warning(
-            "%s: database back after %.1f s (%d failed attempts)", self.what, took, failures
+            "%s: %s back after %.1f s (%d failed attempts)",
+            self.what,
+            self.resource,
+            took,
+            failures,
         )
 
 

@@ -112,10 +112,12 @@ def _read_only(claim: Claim, seq, step_id, kind, tool: Tool, canonical, input_ha
         "last_error": verdict.message,
         "provider_retry_after": verdict.retry_after,
     }
+    # A provider that is busy or away did not act: it is asked again until the
+    # deadline, however many attempts that takes (an outage outlasts six tries).
     give_up = (
         verdict.verdict is Verdict.REFUSED
         or verdict.error_class in NON_RETRYABLE
-        or attempt >= policy.max_attempts
+        or (attempt >= policy.max_attempts and verdict.verdict is not Verdict.BUSY)
         or claim.past_deadline(recorded)
     )
     if give_up:

@@ -32,6 +32,12 @@ from tests.crash.harness import (
 
 pytestmark = pytest.mark.crash
 
+# These scenarios are about the processes and what surrounds them, not the engine's
+# SQL: they run once, against the production database, to keep CI within its time.
+on_postgresql = pytest.mark.skipif(
+    not os.environ.get("DATABASE_URL"), reason="an infrastructure scenario: run on PostgreSQL"
+)
+
 ORDERS = ["ord_1001", "ord_1002", "ord_1003", "ord_1005", "ord_1006"]
 # Each demo order above pays for at least this many 7.00 EUR refunds.
 RUNS_PER_ORDER = 3
@@ -173,6 +179,7 @@ def test_sigterm_hands_the_run_to_the_other_cluster_within_two_seconds(world):
     assert second.popen.poll() is None
 
 
+@on_postgresql
 def test_a_rolling_restart_of_every_process_loses_nothing_and_repeats_nothing(refunds):
     world = refunds.world
     processes = {
@@ -195,3 +202,63 @@ def test_a_rolling_restart_of_every_process_loses_nothing_and_repeats_nothing(re
     statuses = _all_settled(refunds, run_ids, timeout=DEADLINE_SECONDS * 2)
     assert Counter(statuses.values()) == {"completed": len(run_ids)}, refunds.explain()
     _one_refund_per_run(refunds, run_ids)
+
+
+@on_postgresql
+def test_a_provider_refusing_connections_for_30_seconds_delays_runs_and_repeats_nothing(
+    refunds,
+):
+    world = refunds.world
+    cluster, sweeper = world.start_cluster("qcluster"), world.start_sweeper()
+    # The sandbox closes its listening socket: every call is refused, none is sent.
+    refunds.sandbox.arm("refuse", path="/", method="", delay=30)
+    outage_began = time.monotonic()
+    run_ids = _start_runs(refunds, 1)
+    statuses = _all_settled(refunds, run_ids, timeout=DEADLINE_SECONDS * 2)
+    assert time.monotonic() - outage_began >= 30
+    assert Counter(statuses.values()) == {"completed": len(run_ids)}, refunds.explain()
+    _one_refund_per_run(refunds, run_ids)
+    # Waited out as "unreachable": never an unknown effect, never a person.
+    for run_id in run_ids:
+        refund = refunds.tool_steps(run_id)["issue_refund"]
+        assert refund["ambiguous_attempts"] == 0, refunds.explain()
+    assert _exited(cluster, sweeper) == []
+
+
+def _redis(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+
+
+@on_postgresql
+def test_redis_restarted_under_load_costs_only_pokes(refunds):
+    if not shutil.which("redis-server") or _redis("redis-cli", "ping").stdout.strip() != "PONG":
+        pytest.skip("needs the local Redis server")
+    world = refunds.world
+    world.env["REDIS_URL"] = "redis://127.0.0.1:6379/0"
+    cluster, sweeper = world.start_cluster("qcluster"), world.start_sweeper()
+    refunds.sandbox.arm("delay", delay=0.5, count=len(ORDERS))
+    run_ids = _start_runs(refunds, 1)
+    _redis("redis-cli", "shutdown", "nosave")
+    try:
+        time.sleep(3.0)
+    finally:
+        started = _redis(
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "6379",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        )
+        assert started.returncode == 0, started.stderr
+    statuses = _all_settled(refunds, run_ids, timeout=DEADLINE_SECONDS)
+    assert Counter(statuses.values()) == {"completed": len(run_ids)}, refunds.explain()
+    _one_refund_per_run(refunds, run_ids)
+    assert _exited(cluster, sweeper) == []
+    log = cluster.stderr_path.read_text(errors="replace")
+    assert "Traceback" not in log, cluster.tail()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import stripe
 
 from agentruns.runtime import ProviderBusy, ToolRefused
 from agentruns.runtime.outcomes import Verdict, classify
+from support import adapters
 from support.adapters import translate_stripe_error
 
 
@@ -64,3 +67,23 @@ def test_definite_refusals_fail_without_effect(error, error_class):
 )
 def test_anything_that_may_have_taken_effect_is_ambiguous(error):
     assert _verdict(error) is Verdict.AMBIGUOUS
+
+
+@pytest.mark.parametrize("read", ["payments", "shop"])
+def test_a_provider_that_cannot_be_reached_is_busy_not_ambiguous(read):
+    """Refused at connect: not a byte was sent, so the same request goes again later
+    (no lookup, no person), for as long as the provider is away."""
+    nowhere = SimpleNamespace(
+        provider=read,
+        tenant="default",
+        endpoint="http://127.0.0.1:9",
+        secret="sk_test_x",
+        sender="",
+    )
+    with pytest.raises(ProviderBusy) as busy:
+        if read == "payments":
+            adapters.payment_state(nowhere, "pi_1", timeout=2.0)
+        else:
+            adapters.shop_order(nowhere, "ord_1", timeout=2.0)
+    assert busy.value.error_class == "unreachable"
+    assert "unreachable" in str(busy.value)
