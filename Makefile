@@ -33,6 +33,8 @@ migrate: setup
 
 run: migrate
 	$(BIN)/python manage.py seeddemo
+	@# Metrics files of the processes of an earlier start (prometheus multiprocess mode).
+	rm -rf $(VAR_DIR)/prometheus
 	$(BIN)/honcho start -f Procfile
 
 test: setup

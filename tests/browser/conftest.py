@@ -124,7 +124,7 @@ def workers(tmp_path):
     else:
         env["HOLDFAST_SQLITE_PATH"] = str(db["NAME"])
     processes = []
-    for command in (["qcluster"], ["sweep", "--loop"]):
+    for command in (["worker"], ["sweep", "--loop"]):
         log = (tmp_path / f"{command[0]}.log").open("w")
         processes.append(
             subprocess.Popen(
