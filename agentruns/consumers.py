@@ -14,13 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
+import time
+from collections import Counter, deque
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.base import SessionBase
+from django.db.models import Max
 from django.db.utils import InterfaceError, OperationalError
 from django.template.loader import render_to_string
+from django.utils.module_loading import import_string
 
 from accounts.navigation import attention_for
 from agentruns.models import Run, RunEvent
@@ -28,6 +34,11 @@ from agentruns.runtime.outages import Outage
 from agentruns.selectors import run_detail_context, run_list_context, run_matches
 
 POLL_SECONDS = 0.5
+# A socket checks again this often (and before every push) that whoever opened it may
+# still watch: the session, the login, the permission and the tenant.
+RECHECK_SECONDS = 3.0
+# The most events one read takes; past it the page is rendered whole again.
+READ_LIMIT = 2000
 # One per web process: every open page of it waits out an outage, logged once.
 PAGES_OUTAGE = Outage("live pages", logging.getLogger("holdfast.pages"))
 # Sequence values are handed out before commit: an event with a lower id can
@@ -37,6 +48,10 @@ TRAILING_WINDOW = 500
 
 def tenant_group(tenant_id: int) -> str:
     return f"runs-tenant-{tenant_id}"
+
+
+# Open sockets per login, in this process: a page opens one, a person a handful.
+_open_sockets: Counter[int] = Counter()
 
 
 class RunsConsumer(AsyncWebsocketConsumer):
@@ -49,6 +64,12 @@ class RunsConsumer(AsyncWebsocketConsumer):
         if self.operator is None:
             await self.close(code=4403)
             return
+        if _open_sockets[user.pk] >= settings.HOLDFAST_MAX_SOCKETS_PER_USER:
+            await self.close(code=4429)
+            return
+        _open_sockets[user.pk] += 1
+        self.counted_user = user.pk
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
         self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
         self.navigation_only = bool(self.scope["url_route"]["kwargs"].get("navigation_only"))
         if self.run_id is not None and not await database_sync_to_async(self._visible)():
@@ -66,6 +87,12 @@ class RunsConsumer(AsyncWebsocketConsumer):
         self.follower = asyncio.create_task(self._follow())
 
     async def disconnect(self, code: int) -> None:
+        counted = getattr(self, "counted_user", None)
+        if counted is not None:
+            self.counted_user = None
+            _open_sockets[counted] -= 1
+            if _open_sockets[counted] <= 0:
+                del _open_sockets[counted]
         follower = getattr(self, "follower", None)
         if follower is not None:
             follower.cancel()
@@ -85,12 +112,19 @@ class RunsConsumer(AsyncWebsocketConsumer):
         self.poked.set()
 
     async def _follow(self) -> None:
+        checked = time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.poked.wait(), timeout=POLL_SECONDS)
             self.poked.clear()
             try:
                 fragments = await database_sync_to_async(self._changes)()
+                if fragments or time.monotonic() - checked >= RECHECK_SECONDS:
+                    ended = await database_sync_to_async(self._access_ended)()
+                    checked = time.monotonic()
+                    if ended:
+                        await self._end(ended)
+                        return
             except (OperationalError, InterfaceError) as exc:
                 # The database is away (or locked): keep the socket, wait, look again.
                 # database_sync_to_async closes the thread's broken connection.
@@ -100,6 +134,12 @@ class RunsConsumer(AsyncWebsocketConsumer):
             if fragments:
                 await self.send(text_data=fragments)
 
+    async def _end(self, reason: str) -> None:
+        """Tell the page why its updates stop, then close: nothing more is pushed."""
+        notice = render_to_string("accounts/_live_notice.html", {"reason": reason})
+        await self.send(text_data=notice)
+        await self.close(code=4403)
+
     # --- database side (runs in a worker thread) --------------------------------
 
     def _operator(self, user):
@@ -108,15 +148,36 @@ class RunsConsumer(AsyncWebsocketConsumer):
             return None
         return operator
 
+    def _access_ended(self) -> str:
+        """Why whoever opened this socket may no longer watch it, or "" while they may."""
+        user_id = self.operator.user_id
+        if self.session_key is None or not _session_of(self.session_key, user_id):
+            return "you were signed out"
+        user = get_user_model()._default_manager.filter(pk=user_id).first()
+        if user is None or not user.is_active:
+            return "your login was deactivated"
+        operator = getattr(user, "operator", None)
+        if operator is None or operator.tenant_id != self.operator.tenant_id:
+            return "you are no longer an operator of this tenant"
+        if not user.has_perm("accounts.view_runs"):
+            return "you may no longer see runs"
+        return ""
+
     def _visible(self) -> bool:
         return Run.objects.filter(pk=self.run_id, tenant_id=self.operator.tenant_id).exists()
 
     def _events(self):
-        floor = (max(self.seen) - TRAILING_WINDOW) if self.seen else -1
+        if self.seen:
+            floor = max(self.seen) - TRAILING_WINDOW
+        else:
+            # On connect the page is rendered from the runs' rows: only the newest
+            # window of the log is read, never the whole history.
+            newest = RunEvent.objects.aggregate(newest=Max("id"))["newest"] or 0
+            floor = newest - TRAILING_WINDOW
         events = RunEvent.objects.filter(id__gt=floor, run__tenant_id=self.operator.tenant_id)
         if self.run_id is not None:
             events = events.filter(run_id=self.run_id)
-        return list(events.order_by("id").values_list("id", "run_id", "type"))
+        return list(events.order_by("id").values_list("id", "run_id", "type")[:READ_LIMIT])
 
     def _snapshot(self) -> str:
         # Mark what is already in the log before rendering: anything newer is
@@ -180,3 +241,10 @@ class RunsConsumer(AsyncWebsocketConsumer):
     def _attention(self) -> str:
         context = {"attention": attention_for(self.operator.tenant), "oob": True}
         return render_to_string("accounts/_attention.html", context)
+
+
+def _session_of(session_key: str, user_id: int) -> bool:
+    """Whether the session still exists (not logged out, not expired) and is this user's."""
+    store: SessionBase = import_string(f"{settings.SESSION_ENGINE}.SessionStore")(session_key)
+    # Loading answers nothing for a session that was flushed (logout) or has expired.
+    return str(store.get(SESSION_KEY)) == str(user_id)

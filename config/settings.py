@@ -284,6 +284,8 @@ HOLDFAST_READY_SWEEPER_GRACE_SECONDS = env_float("HOLDFAST_READY_SWEEPER_GRACE_S
 HOLDFAST_READY_QUEUE_LAG_SECONDS = env_float("HOLDFAST_READY_QUEUE_LAG_SECONDS", 60.0)
 # /metrics asks for `Authorization: Bearer <token>` when this is set.
 HOLDFAST_METRICS_TOKEN = env_str("HOLDFAST_METRICS_TOKEN", "")
+# Live pages: open sockets one login may hold in one web process (a page opens one).
+HOLDFAST_MAX_SOCKETS_PER_USER = env_int("HOLDFAST_MAX_SOCKETS_PER_USER", 20)
 # Where each process writes its metrics for the host's scrape to add up. Exported:
 # prometheus_client picks its multiprocess mode from the environment when it is
 # first imported, which django-q2 does while the apps load.
