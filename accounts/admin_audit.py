@@ -19,6 +19,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 
 from accounts.models import Tenant
+from accounts.privacy import mask, mask_text
 from accounts.services import audit_record, user_actor_name
 
 log = logging.getLogger("holdfast.accounts")
@@ -28,8 +29,48 @@ log = logging.getLogger("holdfast.accounts")
 UNAUDITED_FIELDS = frozenset({"password", "token_hash", "last_login"})
 
 
+MASKED_PREFIX = "masked__"
+
+
 class RecordOfTruthAdmin(admin.ModelAdmin):
-    """Shown, never added, changed or deleted, in one page or in bulk (no delete action)."""
+    """Shown, never added, changed or deleted, in one page or in bulk (no delete action).
+
+    Every text and JSON field is shown through the one masking rule
+    (``accounts.privacy``): a step's arguments, an error a provider wrote, an audit
+    entry's before and after.
+    """
+
+    def get_fields(self, request, obj=None):
+        return self._shown_fields()
+
+    def get_readonly_fields(self, request, obj=None):
+        return self._shown_fields()
+
+    def _shown_fields(self) -> list[str]:
+        """Every field of the record, the text and JSON ones through the masking rule."""
+        return [
+            f"{MASKED_PREFIX}{field.name}"
+            if isinstance(field, models.JSONField | models.TextField | models.CharField)
+            and not field.primary_key
+            else field.name
+            for field in self.model._meta.fields
+            if not field.auto_created
+        ]
+
+    def __getattr__(self, name: str):
+        if not name.startswith(MASKED_PREFIX):
+            raise AttributeError(name)
+        field_name = name.removeprefix(MASKED_PREFIX)
+        field = self.model._meta.get_field(field_name)
+
+        def shown(obj):
+            value = getattr(obj, field.attname)
+            if isinstance(field, models.JSONField):
+                return json.dumps(mask(value), indent=2, ensure_ascii=False, default=str)
+            return mask_text(value) if isinstance(value, str) else value
+
+        shown.short_description = field.verbose_name
+        return shown
 
     def has_add_permission(self, request, obj=None):
         return False

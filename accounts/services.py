@@ -7,7 +7,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.client_address import client_address
 from accounts.models import ApiToken, AuditEntry, Tenant
+from accounts.privacy import mask
 
 
 def audit_record(
@@ -24,7 +26,7 @@ def audit_record(
     remote_addr = None
     user_agent = ""
     if request is not None:
-        remote_addr = request.META.get("REMOTE_ADDR") or None
+        remote_addr = client_address(request)
         user_agent = request.META.get("HTTP_USER_AGENT", "")[:300]
     return AuditEntry.objects.create(
         tenant=tenant,
@@ -32,8 +34,9 @@ def audit_record(
         action=action,
         object_type=object_type,
         object_id=str(object_id),
-        before=before,
-        after=after,
+        # The trail records what changed, never a secret or an address in clear.
+        before=mask(before),
+        after=mask(after),
         remote_addr=remote_addr,
         user_agent=user_agent,
     )

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from accounts.access import api_token_problem
 from accounts.models import ApiToken
+from accounts.privacy import mask, mask_text
 from accounts.services import (
     audit_record,
     bearer_token,
@@ -86,10 +87,11 @@ def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
         "dedupe_key": run.dedupe_key,
         "status": run.status,
         "terminal": run.is_terminal,
-        "outcome": run.outcome_detail,
+        # Shown to a client system: the one masking rule, as on the pages.
+        "outcome": mask_text(run.outcome_detail),
         # What the ending means at a glance ("refund_refused"), or "" when its status says it.
         "outcome_code": run.outcome_code,
-        "output": run.output,
+        "output": mask(run.output),
         "created_at": run.created_at.isoformat(),
         "updated_at": run.updated_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
@@ -106,7 +108,7 @@ def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
                 "effect_key": step.effect_key,
                 "provider_reference": step.provider_reference or None,
                 "error_class": step.last_error_class or None,
-                "error": step.last_error or None,
+                "error": mask_text(step.last_error) or None,
                 "started_at": step.started_at.isoformat() if step.started_at else None,
                 "completed_at": step.completed_at.isoformat() if step.completed_at else None,
                 # The last send's time, and while it is in flight (cleared, no answer

@@ -9,6 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from accounts.models import AuditEntry, Tenant
+from accounts.privacy import mask
 from accounts.services import for_tenant
 from agentruns.money import format_amount
 from agentruns.runtime import canonical_json
@@ -139,6 +140,8 @@ def _rows(values: Any) -> list[tuple[str, str]]:
     Beside a ``currency``, an ``amount`` or ``amount_…`` in minor units is shown as
     money in that currency ("45.00 EUR", not 4500).
     """
+    # Shown to people: the one masking rule (a card number, an address) applies.
+    values = mask(values)
     if not isinstance(values, dict):
         return [("value", json.dumps(values, ensure_ascii=False))]
     currency = values.get("currency") if isinstance(values.get("currency"), str) else None

@@ -242,6 +242,9 @@ SANDBOX_SMTP_PORT = env_int("SANDBOX_SMTP_PORT", 12125)
 SANDBOX_URL = env_str("SANDBOX_URL", f"http://{SANDBOX_HOST}:{SANDBOX_PORT}")
 # Stripe keeps idempotency keys at least 24 hours.
 SANDBOX_IDEMPOTENCY_TTL_SECONDS = env_int("SANDBOX_IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
+# The token the sandbox's control routes (/_sandbox/...) ask for; empty: runsandbox
+# makes one and writes it to VAR_DIR/sandbox-token (sandbox.control).
+SANDBOX_CONTROL_TOKEN = env_str("SANDBOX_CONTROL_TOKEN", "")
 
 # Payments: the sandbox by default; Stripe's test mode is
 # PAYMENTS_API_BASE=https://api.stripe.com PAYMENTS_API_KEY=sk_test_...

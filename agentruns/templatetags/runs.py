@@ -3,33 +3,21 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from django import template
 
+from accounts.privacy import mask, mask_text
+
 register = template.Library()
 
-SENSITIVE = re.compile(
-    r"(pass(word)?|secret|token|api[_-]?key|authorization|card|iban|email|phone|ssn)", re.I
-)
-MASK = "••••"
-EMAIL = re.compile(r"[^@\s\"']+@([^@\s\"']+\.[^@\s\"']+)")
 LARGE = 4000
 
 
-def _mask(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: MASK if SENSITIVE.search(str(key)) and value[key] not in (None, "") else _mask(v)
-            for key, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_mask(item) for item in value]
-    if isinstance(value, str):
-        # An address is personal data wherever it appears; the domain is enough to debug.
-        return EMAIL.sub(lambda m: f"{MASK}@{m.group(1)}", value)
-    return value
+@register.filter
+def masked(value: Any) -> Any:
+    """Any text shown on a page (an error, a note) under the one masking rule."""
+    return mask_text(value) if isinstance(value, str) else mask(value)
 
 
 @register.filter
@@ -37,7 +25,7 @@ def payload(value: Any) -> str:
     """A step input or result as indented JSON, sensitive fields masked, large ones cut."""
     if value is None:
         return "—"
-    text = json.dumps(_mask(value), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    text = json.dumps(mask(value), indent=2, sort_keys=True, ensure_ascii=False, default=str)
     if len(text) > LARGE:
         return f"{text[:LARGE]}\n… ({len(text) - LARGE} more characters)"
     return text

@@ -1,0 +1,85 @@
+"""One rule for personal data and secrets, wherever a value leaves the database.
+
+Pages, live fragments, the API, audit entries and the admin all show values through
+``mask`` (structures) or ``mask_text`` (a sentence, an error message): the same
+rule everywhere, so an address a provider quoted in an error is hidden exactly like
+the address in a step's arguments.
+
+- a field whose *name* says it is sensitive (password, secret, an access or API
+  token, API key, authorization, card, IBAN, email, phone, SSN, CVC) is replaced
+  whole; a reference to a secret (``secret_ref``) is not a secret;
+- in any text: email addresses keep only their domain (enough to debug a bounce),
+  card numbers (digit runs that pass the Luhn check) keep their last four digits,
+  API tokens and keys (``hft_…``, ``sk_live_…``, ``Bearer …``) are replaced whole.
+
+Records keep the real values (a provider may need them; an operator settling a case
+reads the provider's own records); only what is shown is masked.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "••••"
+
+SENSITIVE_KEY = re.compile(
+    r"(pass(word)?|secret|(access|refresh|id|auth|api|bearer|session)[_-]?token|api[_-]?key"
+    r"|authorization|card|iban|email|phone|ssn|cvc|cvv)",
+    re.I,
+)
+# A reference to where a secret is (``secret_ref: env:HOLDFAST_SECRET_…``) is not one.
+REFERENCE_KEY = re.compile(r"(_ref|reference)$", re.I)
+EMAIL = re.compile(r"[^@\s\"'<>(),;:\[\]]+@([^@\s\"'<>(),;:\[\]]+\.[^@\s\"'<>(),;:\[\]]+)")
+CARD = re.compile(r"(?<![\d])(?:\d[ -]?){12,18}\d(?![\d])")
+SECRET = re.compile(
+    r"\b(?:hft_[A-Za-z0-9_-]{20,}|(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9_]{4,}|whsec_[A-Za-z0-9]{6,})"
+)
+BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.I)
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for index, char in enumerate(reversed(digits)):
+        value = int(char)
+        if index % 2:
+            value *= 2
+            if value > 9:
+                value -= 9
+        total += value
+    return total % 10 == 0
+
+
+def _card(match: re.Match[str]) -> str:
+    digits = re.sub(r"[ -]", "", match.group(0))
+    if not 13 <= len(digits) <= 19 or not _luhn(digits):
+        return match.group(0)
+    return f"{MASK} {digits[-4:]}"
+
+
+def mask_text(text: str) -> str:
+    """A sentence with every address, card number and secret in it masked."""
+    if not text:
+        return text
+    text = SECRET.sub(MASK, text)
+    text = BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    text = EMAIL.sub(lambda m: f"{MASK}@{m.group(1)}", text)
+    return CARD.sub(_card, text)
+
+
+def _sensitive(key: str) -> bool:
+    return bool(SENSITIVE_KEY.search(key)) and not REFERENCE_KEY.search(key)
+
+
+def mask(value: Any) -> Any:
+    """A JSON-like value with sensitive fields replaced and every string masked."""
+    if isinstance(value, dict):
+        return {
+            key: MASK if _sensitive(str(key)) and item not in (None, "") else mask(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [mask(item) for item in value]
+    if isinstance(value, str):
+        return mask_text(value)
+    return value
