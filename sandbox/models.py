@@ -145,7 +145,8 @@ class MailMessage(models.Model):
 
 
 class Fault(models.Model):
-    """A fault armed for the next ``remaining`` requests matching method and path prefix."""
+    """A fault armed for the next ``remaining`` requests matching method and path prefix,
+    or, for the ``smtp_*`` kinds, for the next messages the SMTP sink is sent."""
 
     class Kind(models.TextChoices):
         DROP_AFTER_COMMIT = "drop_after_commit"
@@ -154,6 +155,9 @@ class Fault(models.Model):
         ERROR_AFTER = "error_after"
         RATE_LIMIT = "rate_limit"
         REFUSE = "refuse"
+        SMTP_DROP_AFTER_ACCEPT = "smtp_drop_after_accept"
+        SMTP_REFUSE = "smtp_refuse"
+        SMTP_DELAY = "smtp_delay"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     # Empty method matches any method.
@@ -162,9 +166,13 @@ class Fault(models.Model):
     remaining = models.PositiveIntegerField(default=1)
     delay_seconds = models.FloatField(default=0)
     retry_after = models.PositiveIntegerField(default=1)
+    # The reply an smtp_refuse gives each recipient (4xx or 5xx); null for other kinds.
+    smtp_code = models.PositiveSmallIntegerField(null=True, blank=True)
     created = models.DateTimeField(default=clock.now)
 
     def __str__(self) -> str:
+        if self.kind.startswith("smtp_"):
+            return f"{self.kind} x{self.remaining}"
         return f"{self.kind} {self.method or '*'} {self.path_prefix} x{self.remaining}"
 
 

@@ -8,14 +8,17 @@ closes its connections when it is done. Routes:
   ``limit``, ``starting_after``, ``ending_before``);
 - ``/shop/orders/<id>``: the shop, a partner API read with the same key;
 - ``/_sandbox/...``: stats, the request log (``GET /_sandbox/requests?api_key=`` or
-  ``?account=``), received mail, faults, reset and seed (JSON ``api_key`` and
-  ``first_number``) and the test clock (no authentication).
+  ``?account=``), received mail, faults (HTTP and SMTP), reset and seed (JSON
+  ``api_key`` and ``first_number``) and the test clock.
 
-Authentication: ``/v1`` and ``/shop`` need an API key, ``Authorization: Bearer <key>``
-(or Basic with the key as user name); without one they answer 401
-``authentication_error``. The key alone names the account (``sandbox.accounts``), and
-every read and write sees only that account's payment intents, refunds and orders:
-another account's object is the same 404 ``resource_missing`` as one that does not exist.
+Authentication: ``/_sandbox`` needs the sandbox's control token, and a JSON content
+type on POST and DELETE (``sandbox.control``); OPTIONS is a 405 with no CORS headers, so
+no browser sends another site's request to either kind of route. ``/v1`` and ``/shop``
+need an API key, ``Authorization: Bearer <key>`` (or Basic with the key as user name);
+without one they answer 401 ``authentication_error``. The key alone names the account
+(``sandbox.accounts``), and every read and write sees only that account's payment
+intents, refunds and orders: another account's object is the same 404
+``resource_missing`` as one that does not exist.
 
 Every ``/v1`` and ``/shop`` request, 401s, errors and faults included, is written to the
 request log (``sandbox.requestlog``) before its reply is sent.
@@ -38,7 +41,7 @@ from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
 from django.db import connections
 
-from sandbox import clock, faults, idempotency, payments, requestlog, seed, shop
+from sandbox import clock, control, faults, idempotency, payments, requestlog, seed, shop
 from sandbox.accounts import account_for
 from sandbox.models import Fault
 from sandbox.responses import ApiError, Response, api_error, json_response, new_id
@@ -71,6 +74,9 @@ class SandboxHandler(BaseHTTPRequestHandler):
         self._serve()
 
     def do_DELETE(self) -> None:
+        self._serve()
+
+    def do_OPTIONS(self) -> None:
         self._serve()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -155,7 +161,14 @@ class SandboxHandler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
     def _route(self, method: str, path: str, query: str, body: bytes) -> Response:
+        if method == "OPTIONS":
+            # A CORS preflight, answered without any Access-Control-Allow-* header: the
+            # browser then never sends another site's request with the headers it asked for.
+            raise ApiError(405, f"{method} is not allowed.", headers={"Allow": "GET, POST, DELETE"})
         if path.startswith("/_sandbox/"):
+            control.authorize(
+                method=method, headers=self.headers, token=self.server.service.control_token
+            )
             return self._sandbox_route(method, path, query, body)
         if path.startswith("/v1/"):
             api_key = self._api_key()
@@ -422,10 +435,12 @@ def _error_after(response: Response, fault: Fault | None) -> Response:
 class SandboxService:
     """The HTTP server (restartable, for the ``refuse`` fault) and the SMTP sink."""
 
-    def __init__(self, host: str, port: int, smtp_port: int) -> None:
+    def __init__(self, host: str, port: int, smtp_port: int, *, control_token: str) -> None:
         self.host = host
         self.port = port
         self.smtp_port = smtp_port
+        # What every /_sandbox/ request must present (sandbox.control).
+        self.control_token = control_token
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd: SandboxHTTPServer | None = None

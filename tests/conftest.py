@@ -6,11 +6,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
 
 from accounts.models import Tenant
+from sandbox.control import ControlTokenMissing, read_token, token_path
 from tests.harness import ROOT, TTL_SECONDS, Sandbox
 
 
@@ -63,7 +65,8 @@ def _grant_group_permissions(group) -> None:
 
 
 # --- the sandbox: one process for the whole session; every test that asks for
-# ``sandbox`` starts from a wiped, seeded sandbox.
+# ``sandbox`` starts from a wiped, seeded sandbox. It makes its own control token, in
+# ``sandbox_var_dir``, as it does for a developer.
 
 
 def _free_port() -> int:
@@ -79,8 +82,13 @@ def _manage(*args: str, env: dict[str, str]) -> None:
 
 
 @pytest.fixture(scope="session")
-def sandbox_process(tmp_path_factory) -> Iterator[Sandbox]:
-    var_dir = tmp_path_factory.mktemp("sandbox")
+def sandbox_var_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sandbox")
+
+
+@pytest.fixture(scope="session")
+def sandbox_process(sandbox_var_dir: Path) -> Iterator[Sandbox]:
+    var_dir = sandbox_var_dir
     env = {
         **os.environ,
         "HOLDFAST_VAR_DIR": str(var_dir),
@@ -91,6 +99,8 @@ def sandbox_process(tmp_path_factory) -> Iterator[Sandbox]:
     # The sandbox gets a fresh SQLite file; HOLDFAST_TEST_SANDBOX_DATABASE_URL runs it on a
     # (disposable: reset wipes it) PostgreSQL database instead.
     env.pop("SANDBOX_DATABASE_URL", None)
+    env.pop("SANDBOX_CONTROL_TOKEN", None)
+    env.pop("SANDBOX_CONTROL_TOKEN_FILE", None)
     if os.environ.get("HOLDFAST_TEST_SANDBOX_DATABASE_URL"):
         env["SANDBOX_DATABASE_URL"] = os.environ["HOLDFAST_TEST_SANDBOX_DATABASE_URL"]
     _manage("migrate", "--database", "sandbox", "--noinput", env=env)
@@ -112,13 +122,18 @@ def sandbox_process(tmp_path_factory) -> Iterator[Sandbox]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    sandbox = Sandbox(url=f"http://127.0.0.1:{port}", smtp_port=smtp_port)
     deadline = time.monotonic() + 20
     while True:
         try:
+            # Written before the sandbox listens: once it answers, the token is there.
+            sandbox = Sandbox(
+                url=f"http://127.0.0.1:{port}",
+                smtp_port=smtp_port,
+                control_token=read_token(token_path(var_dir)),
+            )
             if sandbox.get("/_sandbox/stats").status_code == 200:
                 break
-        except requests.ConnectionError:
+        except (ControlTokenMissing, requests.ConnectionError):
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()

@@ -134,10 +134,15 @@ TTL_SECONDS = 600
 class Sandbox:
     url: str
     smtp_port: int
+    # Every /_sandbox/ route asks for it (sandbox.control): the fixture reads the file
+    # runsandbox wrote.
+    control_token: str
 
     def get(self, path: str, *, api_key: str = API_KEY, **kwargs) -> requests.Response:
-        """A GET as the account of ``api_key`` (the sandbox's own routes ignore it)."""
-        headers = {"Authorization": f"Bearer {api_key}", **kwargs.pop("headers", {})}
+        """A GET as the account of ``api_key`` (the sandbox's own routes take the control
+        token instead)."""
+        provider = {"Authorization": f"Bearer {api_key}"}
+        headers = self._headers(path, provider, kwargs.pop("headers", {}))
         return requests.get(self.url + path, timeout=10, headers=headers, **kwargs)
 
     def order(self, order_id: str, *, api_key: str = API_KEY) -> dict:
@@ -152,10 +157,22 @@ class Sandbox:
         return answer.json()["requests"]
 
     def post(self, path: str, **kwargs) -> requests.Response:
-        return requests.post(self.url + path, timeout=10, **kwargs)
+        headers = self._headers(path, {}, kwargs.pop("headers", {}))
+        return requests.post(self.url + path, timeout=10, headers=headers, **kwargs)
 
     def delete(self, path: str, **kwargs) -> requests.Response:
-        return requests.delete(self.url + path, timeout=10, **kwargs)
+        headers = self._headers(path, {}, kwargs.pop("headers", {}))
+        return requests.delete(self.url + path, timeout=10, headers=headers, **kwargs)
+
+    def _headers(self, path: str, provider: dict, headers: dict) -> dict:
+        """``provider``'s headers, or on a /_sandbox/ route the control token and JSON;
+        then the caller's own ``headers``, which win."""
+        if path.startswith("/_sandbox/"):
+            provider = {
+                "Authorization": f"Bearer {self.control_token}",
+                "Content-Type": "application/json",
+            }
+        return {**provider, **headers}
 
     def stats(self) -> dict:
         return self.get("/_sandbox/stats").json()

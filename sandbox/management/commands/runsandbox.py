@@ -5,9 +5,11 @@ import signal
 import threading
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from sandbox.control import ControlTokenMissing, ensure_control_token
 from sandbox.idempotency import forget_in_flight
 from sandbox.models import DB
 from sandbox.server import SandboxService
@@ -27,6 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--smtp-port", type=int, default=settings.SANDBOX_SMTP_PORT)
 
     def handle(self, *args, host: str, port: int, smtp_port: int, **options) -> None:
+        try:
+            control_token, token_file = ensure_control_token()
+        except (ControlTokenMissing, ImproperlyConfigured) as exc:
+            raise CommandError(str(exc)) from None
         database = connections.settings[DB]
         if database["ENGINE"].endswith("sqlite3"):
             database.setdefault("OPTIONS", {})["timeout"] = max(
@@ -41,11 +47,16 @@ class Command(BaseCommand):
         if forgotten:
             self.stdout.write(f"Forgot {forgotten} idempotency key(s) left in flight by a crash")
         connections.close_all()
-        service = SandboxService(host, port, smtp_port)
+        service = SandboxService(host, port, smtp_port, control_token=control_token)
         service.start()
         self.stdout.write(
             f"Sandbox on http://{host}:{port} (SMTP {host}:{smtp_port}), "
             f"database {connections.settings[DB]['NAME']}",
+        )
+        where = token_file or "SANDBOX_CONTROL_TOKEN"
+        self.stdout.write(
+            f"Control routes (/_sandbox/) need 'Authorization: Bearer <token>' with the token "
+            f"in {where}"
         )
         self.stdout.flush()
         try:
