@@ -3,6 +3,10 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+# Under daphne each request runs on a thread of its own: a connection a finished
+# thread kept would never be used or closed again. The web process connects per
+# request (workers and sweepers keep theirs; HOLDFAST_CONN_MAX_AGE still overrides).
+os.environ.setdefault("HOLDFAST_CONN_MAX_AGE", "0")
 # Django first: the routing below imports models.
 django_asgi_app = get_asgi_application()
 
