@@ -31,6 +31,12 @@ migrate: setup
 	@if [ -z "$$DATABASE_URL" ]; then $(BIN)/python manage.py migrate --noinput --database queue; fi
 	$(BIN)/python manage.py migrate --noinput --database sandbox
 
+# The local demo, on http://127.0.0.1:8000 only (Procfile): plain HTTP (no HTTPS
+# redirect, no Secure cookies), and the published demo password for seeddemo's logins,
+# given explicitly, since seeddemo refuses it with DEBUG off. Each can be overridden.
+run: export HOLDFAST_SSL_REDIRECT ?= false
+run: export HOLDFAST_SECURE_COOKIES ?= false
+run: export HOLDFAST_DEMO_PASSWORD ?= holdfast-demo
 run: migrate
 	$(BIN)/python manage.py seeddemo
 	@# Metrics files of the processes of an earlier start (prometheus multiprocess mode).

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.client_address import client_address
 from accounts.models import ApiToken, AuditEntry, Tenant
 from accounts.privacy import mask
 
@@ -25,7 +26,7 @@ def audit_record(
     remote_addr = None
     user_agent = ""
     if request is not None:
-        remote_addr = request.META.get("REMOTE_ADDR") or None
+        remote_addr = client_address(request)
         user_agent = request.META.get("HTTP_USER_AGENT", "")[:300]
     return AuditEntry.objects.create(
         tenant=tenant,

@@ -8,6 +8,7 @@ secrets can come from mounted files.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -64,6 +65,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None or value == "":
         return list(default)
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_networks(name: str) -> list[str]:
+    """A comma-separated list of addresses or networks (``10.0.0.0/8, 2001:db8::1``)."""
+    networks = env_list(name, [])
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must list IP addresses or networks, not {network!r}"
+            ) from None
+    return networks
 
 
 def postgres_from_url(url: str) -> dict:

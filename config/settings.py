@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_float, env_int, env_list, env_str, postgres_from_url
+from config.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_networks,
+    env_str,
+    postgres_from_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The SQLite files, STATIC_ROOT and the generated secret key live here. Importing
@@ -45,6 +54,8 @@ INSTALLED_APPS = [
     "template_partials",
     "django_q",
     "channels",
+    # Before the apps: its login signal receivers run before the audit's (config/wiring.py).
+    "axes",
     "accounts",
     "agentruns",
     "approvals",
@@ -67,6 +78,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "accounts.middleware.OperatorTimezoneMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into the page that explains it.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -171,6 +184,63 @@ STORAGES = {
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/runs/"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Logins: throttling and lockout (django-axes) ------------------------------
+# Both login pages (/accounts/login/ and /admin/login/) go through authenticate(),
+# where axes refuses a username and address pair that failed too often, before
+# the password is even checked. Per pair, so someone guessing at one login from
+# one place neither locks its owner out elsewhere nor the office they share.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("HOLDFAST_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("HOLDFAST_LOGIN_LOCKOUT_SECONDS", 15 * 60))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# A lockout ends when the page says it does: attempts while locked out do not
+# start the wait again.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "accounts.client_address.client_address"
+AXES_LOCKOUT_CALLABLE = "accounts.logins.lockout_response"
+# The audit log records every failure and lockout (accounts/logins.py); axes keeps
+# only the counts it needs, not a second log of every login.
+AXES_DISABLE_ACCESS_LOG = True
+# Its admin pages would lift lockouts unaudited; `manage.py axes_reset_username`.
+AXES_ENABLE_ADMIN = False
+AXES_VERBOSE = False
+
+# --- HTTPS, cookies and proxies --------------------------------------------------
+# With DEBUG off (the default) Holdfast assumes it is served over HTTPS: cookies
+# only over HTTPS, HSTS, and plain HTTP redirected. A deployment whose TLS ends at a
+# load balancer names it in HOLDFAST_TRUSTED_PROXIES; one whose health checker
+# speaks plain HTTP to the web process may turn the redirect off (the probes are
+# never redirected anyway).
+SESSION_COOKIE_SECURE = env_bool("HOLDFAST_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+# No script reads the CSRF cookie: pages send the token from the page itself
+# (base.html's hx-headers for htmx, {% csrf_token %} in every form).
+CSRF_COOKIE_HTTPONLY = True
+SECURE_HSTS_SECONDS = env_int("HOLDFAST_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 3600)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HOLDFAST_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("HOLDFAST_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("HOLDFAST_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+# Load balancers and reverse proxies in front of the web process (addresses or
+# networks). Through them the audit log and the login lockout see the client's
+# address from X-Forwarded-For (accounts/client_address.py), and a request they
+# forwarded with `X-Forwarded-Proto: https` is a secure one.
+HOLDFAST_TRUSTED_PROXIES = env_networks("HOLDFAST_TRUSTED_PROXIES")
+if HOLDFAST_TRUSTED_PROXIES:
+    _proto_header = env_str("HOLDFAST_PROXY_SSL_HEADER", "X-Forwarded-Proto")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proto_header.upper().replace("-", "_"), "https")
+SILENCED_SYSTEM_CHECKS = []
+if not SECURE_HSTS_PRELOAD:
+    # security.W021 asks for HSTS preloading. Submitting a domain to the browsers'
+    # preload list is its owner's decision and hard to undo, so it stays off unless
+    # HOLDFAST_HSTS_PRELOAD=true says it was made.
+    SILENCED_SYSTEM_CHECKS.append("security.W021")
 
 # --- Channels ----------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "")
@@ -319,5 +389,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("HOLDFAST_LOG_LEVEL", "INFO")},
 }
 
-# The password `make run` gives the demo admin login; never used outside the demo.
-HOLDFAST_DEMO_PASSWORD = env_str("HOLDFAST_DEMO_PASSWORD", "holdfast-demo")
+# The password seeddemo gives the demo logins it creates. Unset: with DEBUG on the
+# published demo password; with DEBUG off seeddemo refuses (`make run` sets it).
+HOLDFAST_DEMO_PASSWORD = env_str("HOLDFAST_DEMO_PASSWORD", "")

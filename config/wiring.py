@@ -10,7 +10,8 @@ by itself; this module hands each part to the app that uses it:
 - the sweeper gets its duties, in the order one pass performs them;
 - the navigation gets the attention counts every page shows;
 - the engine's measurements go to Prometheus (``config.metrics``), and the JSON
-  log lines read the run and step the engine works on (``config.logging``).
+  log lines read the run and step the engine works on (``config.logging``);
+- failed logins and lockouts go to the audit log (``accounts.logins``).
 
 ``install()`` runs once per process, from ``HoldfastConfig.ready()``: the web
 process, each worker, the sweeper, every command and the tests alike.
@@ -18,7 +19,10 @@ process, each worker, the sweeper, every command and the tests alike.
 
 from __future__ import annotations
 
-from accounts import navigation
+from axes.signals import user_locked_out
+from django.contrib.auth.signals import user_login_failed
+
+from accounts import logins, navigation
 from accounts.provider_accounts import TenantCredentials
 from agentruns import services, sweeper
 from agentruns.runtime import observe
@@ -59,3 +63,7 @@ def install() -> None:
     navigation.install_attention(ATTENTION_COUNTERS)
     observe.install_sink(metrics.process_sink())
     log_format.install_context(observe.log_context)
+    # After axes' own receivers (it is installed before the apps), so a failure it
+    # just counted carries its count.
+    user_login_failed.connect(logins.record_failed_login, dispatch_uid="holdfast.login_failed")
+    user_locked_out.connect(logins.record_lockout, dispatch_uid="holdfast.login_locked_out")

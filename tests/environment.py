@@ -19,6 +19,9 @@ def pytest_load_initial_conftests() -> None:
     # One key for the whole run, inherited by every process a test starts (the
     # sandbox, a live server's workers): django-q2 signs its task packages with it.
     os.environ.setdefault("DJANGO_SECRET_KEY", f"tests-{secrets.token_urlsafe(32)}")
+    # Tests talk plain HTTP to their live servers; with DEBUG off (pytest-django's
+    # default too) every request would be redirected to HTTPS.
+    os.environ.setdefault("HOLDFAST_SSL_REDIRECT", "false")
 
 
 def pytest_sessionstart() -> None:

@@ -14,13 +14,18 @@ from approvals.models import ApprovalAuthority
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 
-def test_seeddemo_creates_the_logins_the_authorities_and_the_runs_once(tenant, make_operator):
+def test_seeddemo_creates_the_logins_the_authorities_and_the_runs_once(
+    tenant, make_operator, settings
+):
+    # As `make run` runs it: the published demo password, given explicitly.
+    settings.HOLDFAST_DEMO_PASSWORD = "holdfast-demo"
     # Transactional tests flush the groups the data migration made; make them again.
     make_operator(tenant, "approver", "admin", username="groups-maker")
     out = io.StringIO()
     call_command("seeddemo", stdout=out)
-    assert "Approver: ann" in out.getvalue()
+    assert "Approver: ann / holdfast-demo" in out.getvalue()
     ann = get_user_model().objects.get(username="ann")
+    assert ann.check_password("holdfast-demo")
     assert ann.operator.tenant == tenant
     assert ann.has_perm("accounts.decide_approvals")
     limits = ApprovalAuthority.objects.values_list("group__name", "currency", "max_amount")
