@@ -38,6 +38,8 @@ class DbNow(Func):
         return self.as_sql(compiler, connection, template=POSTGRES_NOW, **extra_context)
 
     def as_sqlite(self, compiler, connection, **extra_context):
+        # Escaped twice: Func formats the template with %, and the SQL it yields must
+        # still hold %% for the cursor (DEBUG's query log formats it once more).
         return self.as_sql(
-            compiler, connection, template=SQLITE_NOW.replace("%", "%%"), **extra_context
+            compiler, connection, template=SQLITE_NOW.replace("%", "%%%%"), **extra_context
         )
