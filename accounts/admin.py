@@ -1,5 +1,7 @@
+from django import forms
 from django.contrib import admin, messages
 from django.db import models
+from django.template.response import TemplateResponse
 
 from accounts.admin_audit import AuditedAdmin, RecordOfTruthAdmin
 from accounts.models import ApiToken, AuditEntry, Operator, ProviderAccount, Tenant
@@ -47,6 +49,20 @@ class ProviderAccountAdmin(AuditedAdmin):
         return form
 
 
+class ApiTokenIssueForm(forms.ModelForm):
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope, scope) for scope in ApiToken.SCOPES],
+        initial=list(ApiToken.SCOPES),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: the token may do nothing.",
+    )
+
+    class Meta:
+        model = ApiToken
+        fields = ["owner", "name", "scopes"]
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = [
@@ -80,6 +96,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
         ]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiTokenIssueForm
         form = super().get_form(request, obj, change=change, **kwargs)
         if obj is None:
             owner = form.base_fields["owner"]
@@ -114,13 +132,33 @@ class ApiTokenAdmin(admin.ModelAdmin):
         token, secret = api_token_issue(
             owner=obj.owner,
             name=obj.name,
-            scopes=obj.scopes or None,
+            scopes=list(form.cleaned_data["scopes"]),
             actor=user_actor_name(request.user),
             request=request,
         )
         # The admin logs and links the form's object: make it the issued one.
         obj.pk, obj.tenant, obj.prefix = token.pk, token.tenant, token.prefix
-        messages.warning(request, f"Copy the token now; it is not shown again: {secret}")
+        # Shown once, in the answer to this request: never through messages (a cookie)
+        # or a log line.
+        request._issued_secret = secret
+
+    def response_add(self, request, obj, post_url_continue=None):
+        secret = getattr(request, "_issued_secret", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        response = TemplateResponse(
+            request,
+            "admin/accounts/apitoken/issued.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Token issued",
+                "token": obj,
+                "secret": secret,
+                "opts": self.model._meta,
+            },
+        )
+        response["Cache-Control"] = "no-store"
+        return response
 
 
 @admin.register(AuditEntry)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -74,6 +75,7 @@ class ApiToken(models.Model):
 
     SCOPE_START = "runs:start"
     SCOPE_READ = "runs:read"
+    SCOPES = (SCOPE_START, SCOPE_READ)
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
     # Null only for tokens issued before tokens had owners: the API refuses those.
@@ -103,6 +105,7 @@ class ApiToken(models.Model):
     def issue(cls, *, owner, name: str, scopes: list[str] | None = None) -> tuple[ApiToken, str]:
         """Create a token for an operator, in the operator's tenant, and return it with its
         secret, which is never shown again. ``Operator.DoesNotExist`` if the owner is none."""
+        scopes = cls.checked_scopes(list(cls.SCOPES) if scopes is None else scopes)
         tenant = Operator.objects.select_related("tenant").get(user=owner).tenant
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
@@ -111,9 +114,19 @@ class ApiToken(models.Model):
             name=name,
             prefix=secret[:12],
             token_hash=_digest(secret),
-            scopes=scopes or [cls.SCOPE_START, cls.SCOPE_READ],
+            scopes=scopes,
         )
         return token, secret
+
+    @classmethod
+    def checked_scopes(cls, scopes: Any) -> list[str]:
+        """A list of known scope names (``[]`` grants nothing); ``ValueError`` otherwise."""
+        if not isinstance(scopes, list | tuple) or not all(isinstance(s, str) for s in scopes):
+            raise ValueError(f"scopes must be a list of names among {', '.join(cls.SCOPES)}")
+        unknown = sorted(set(scopes) - set(cls.SCOPES))
+        if unknown:
+            raise ValueError(f"unknown scope {', '.join(unknown)}; known: {', '.join(cls.SCOPES)}")
+        return list(dict.fromkeys(scopes))
 
     @classmethod
     def authenticate(cls, secret: str) -> ApiToken | None:
@@ -125,7 +138,8 @@ class ApiToken(models.Model):
         )
 
     def allows(self, scope: str) -> bool:
-        return scope in self.scopes
+        # A list of names, never a substring of some other shape ("runs:read, runs:start").
+        return isinstance(self.scopes, list) and scope in self.scopes
 
 
 class ProviderAccount(models.Model):

@@ -6,13 +6,15 @@ permissions, and the runs it starts are requested by them.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from accounts.access import api_token_problem
@@ -48,6 +50,74 @@ class StartRunBody(BaseModel):
 
 def _error(status: int, message: str, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
+
+
+def _only(method: str):
+    """The view answers ``method`` only; any other is a JSON 405 like every API error."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs):
+            if request.method != method:
+                response = _error(405, f"{request.method} is not allowed here; use {method}")
+                response["Allow"] = method
+                return response
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    """Every other address under /api/: a JSON 404, never the site's HTML page."""
+    return _error(404, f"no such API address: /api/{path}")
+
+
+# Deeper than any run input needs; a deeper body is refused before it is walked.
+MAX_NESTING = 32
+
+
+def _json_body(request: HttpRequest) -> Any:
+    """The body as JSON, or the JSON error that says why it is not acceptable."""
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return _error(413, f"the body is larger than {limit} bytes", errors={"body": ["too large"]})
+    if _nesting(raw) > MAX_NESTING:
+        return _error(
+            400,
+            f"the body is nested deeper than {MAX_NESTING} levels",
+            errors={"body": ["nested too deeply"]},
+        )
+    try:
+        return json.loads(raw or b"")
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        return _error(400, "the body is not valid JSON", errors={"body": [str(exc)[:200]]})
+
+
+def _nesting(raw: bytes) -> int:
+    """How deep brackets nest in a JSON text, outside strings (no parse, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def _authenticate(request: HttpRequest, scope: str, permission: str) -> ApiToken | JsonResponse:
@@ -122,15 +192,14 @@ def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
 
 
 @csrf_exempt  # bearer tokens, never cookies: there is no ambient credential to forge
-@require_POST
+@_only("POST")
 def start_run(request: HttpRequest) -> JsonResponse:
     token = _authenticate(request, ApiToken.SCOPE_START, "start_runs")
     if isinstance(token, JsonResponse):
         return token
-    try:
-        payload = json.loads(request.body or b"")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return _error(400, "the body is not valid JSON", errors={"body": [str(exc)]})
+    payload = _json_body(request)
+    if isinstance(payload, JsonResponse):
+        return payload
     try:
         body = StartRunBody.model_validate(payload)
     except ValidationError as exc:
@@ -177,7 +246,7 @@ def start_run(request: HttpRequest) -> JsonResponse:
     return JsonResponse(run_json(run), status=201 if created else 200)
 
 
-@require_GET
+@_only("GET")
 def get_run(request: HttpRequest, run_id) -> JsonResponse:
     token = _authenticate(request, ApiToken.SCOPE_READ, "view_runs")
     if isinstance(token, JsonResponse):

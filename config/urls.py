@@ -1,9 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from accounts import views as accounts_views
+from agentruns import api
 from config import health, metrics
 
 urlpatterns = [
@@ -19,4 +20,6 @@ urlpatterns = [
     path("", include("agentruns.urls")),
     path("", include("approvals.urls")),
     path("", include("reconciliation.urls")),
+    # Last: every other address under /api/ is a JSON 404, never the site's HTML page.
+    re_path(r"^api/(?P<path>.*)$", api.not_found, name="api-not-found"),
 ]
