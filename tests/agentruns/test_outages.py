@@ -93,6 +93,7 @@ def test_a_providers_answer_that_arrives_while_the_connection_is_gone_is_still_r
     from tests.harness import Harness
 
     agents.PROVIDER.reset()
+
     # During the charge, the server drops the worker's connection: the answer is in
     # hand when the engine next writes.
     def once():
