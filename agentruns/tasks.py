@@ -80,10 +80,10 @@ def _poke_pages(run_id: str) -> None:
     """
     if not settings.REDIS_URL:
         return
-    tenant_id = Run.objects.filter(pk=run_id).values_list("tenant_id", flat=True).first()
-    if tenant_id is None:
-        return
     try:
+        tenant_id = Run.objects.filter(pk=run_id).values_list("tenant_id", flat=True).first()
+        if tenant_id is None:
+            return
         async_to_sync(get_channel_layer().group_send)(
             tenant_group(tenant_id), {"type": "runs.poke"}
         )

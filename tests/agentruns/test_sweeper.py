@@ -90,3 +90,16 @@ def test_only_one_sweeper_is_active_at_a_time(harness):
     assert _sweep("sweeper-1")[0] is not None
     SweeperLease.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
     assert _sweep("sweeper-2")[0] is not None
+
+
+def test_it_does_not_requeue_while_the_broker_still_holds_their_knocks(harness, monkeypatch):
+    from agentruns import sweeper
+
+    run = harness.start("flow")
+    _age(run, enqueued_at=timezone.now() - timedelta(minutes=5))
+    # The workers are behind: as many untaken knocks wait as there are such runs.
+    monkeypatch.setattr(sweeper, "waiting_knocks", lambda: 1)
+    assert _sweep()[0].requeued == []
+    # The backlog drained and the run is still queued: its knock was lost.
+    monkeypatch.setattr(sweeper, "waiting_knocks", lambda: 0)
+    assert _sweep()[0].requeued == [str(run.id)]
