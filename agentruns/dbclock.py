@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from django.db.models import DateTimeField, Func
 
-SQLITE_NOW = "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+SQLITE_FORMAT = "%Y-%m-%d %H:%M:%f"
+SQLITE_NOW = f"(strftime('{SQLITE_FORMAT}', 'now') || '000')"
 SQLITE_NOW_PLUS = "(strftime('%Y-%m-%d %H:%M:%f', 'now', {modifier}) || '000')"
 POSTGRES_NOW = "statement_timestamp()"
 
@@ -38,8 +39,6 @@ class DbNow(Func):
         return self.as_sql(compiler, connection, template=POSTGRES_NOW, **extra_context)
 
     def as_sqlite(self, compiler, connection, **extra_context):
-        # Escaped twice: Func formats the template with %, and the SQL it yields must
-        # still hold %% for the cursor (DEBUG's query log formats it once more).
-        return self.as_sql(
-            compiler, connection, template=SQLITE_NOW.replace("%", "%%%%"), **extra_context
-        )
+        # The format is a bound parameter: SQL text with no % in it reads the same to
+        # every layer that formats it (Django's cursor, DEBUG's query log, an outer Func).
+        return "(strftime(%s, 'now') || '000')", [SQLITE_FORMAT]
