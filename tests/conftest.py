@@ -16,18 +16,6 @@ from sandbox.control import ControlTokenMissing, read_token, token_path
 from tests.harness import ROOT, TTL_SECONDS, Sandbox
 
 
-@pytest.fixture(scope="session", autouse=True)
-def fast_password_hashing():
-    """Every test login hashes with a fast hasher: the real one takes half a second a
-    password by design, and the suite creates and checks hundreds."""
-    from django.test import override_settings
-
-    override = override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"])
-    override.enable()
-    yield
-    override.disable()
-
-
 @pytest.fixture
 def tenant(db):
     # Transactional tests flush the database, data migrations included.
