@@ -6,13 +6,53 @@ STAMP := $(VENV)/.installed
 # Where settings look for the SQLite files, STATIC_ROOT and the generated secret key.
 VAR_DIR := $(or $(HOLDFAST_VAR_DIR),var)
 
-.PHONY: setup run migrate test test-crash lint format bench clean
+.PHONY: setup run migrate test test-crash lint format bench clean lock lock-check
 
-$(STAMP): pyproject.toml
+# Dependencies install from the locks in requirements/, which `make lock` writes from
+# pyproject.toml with uv: every package, transitive ones included, at one version with the
+# hashes of its files, so pip refuses anything else. Two locks, in a directory of their
+# own: base.txt is what a deployment installs (README, Running in production), dev.txt adds
+# the dev extra (tests, ruff, uv itself). The project goes in after them, editable and
+# without dependencies: it has no published file to hash. pip is pinned too, since the
+# venv's own is whichever the machine's Python came with.
+PIP_VERSION := 26.3
+LOCK_BASE := requirements/base.txt
+LOCK_DEV := requirements/dev.txt
+# --universal: one lock for every platform and Python from 3.11 (markers pick the rest).
+# uv keeps the versions already in the output file that still fit, so a lock changes only
+# where pyproject.toml did, or where LOCK_ARGS asks (--upgrade-package NAME, --upgrade).
+UV_COMPILE = $(CURDIR)/$(BIN)/uv pip compile pyproject.toml --quiet --universal \
+	--python-version 3.11 --generate-hashes --custom-compile-command 'make lock' $(LOCK_ARGS)
+# The locks of the pyproject.toml in directory $(1), into $(1)/requirements/: dev.txt is held
+# to base.txt's versions, so the suite tests what a deployment runs.
+define compile_locks
+	cd $(1) && $(UV_COMPILE) -o $(LOCK_BASE)
+	cd $(1) && $(UV_COMPILE) --extra dev -c $(LOCK_BASE) -o $(LOCK_DEV)
+endef
+
+$(STAMP): pyproject.toml $(LOCK_BASE) $(LOCK_DEV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet pip==$(PIP_VERSION)
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK_DEV)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Any uv the venv has will do, so a lock that no longer installs can still be rewritten.
+lock:
+	test -x $(BIN)/uv || $(MAKE) $(STAMP)
+	$(call compile_locks,.)
+
+# CI: the committed locks are what `make lock` makes of pyproject.toml now, so a dependency
+# changed there without a new lock fails. It compiles copies of them beside a link to
+# pyproject.toml, so uv starts from the same pins and the files name the same paths.
+LOCK_CHECK := $(VENV)/lock-check
+lock-check: $(STAMP)
+	rm -rf $(LOCK_CHECK) && mkdir -p $(LOCK_CHECK)/requirements
+	cp $(LOCK_BASE) $(LOCK_DEV) $(LOCK_CHECK)/requirements/
+	ln -s $(CURDIR)/pyproject.toml $(LOCK_CHECK)/pyproject.toml
+	$(call compile_locks,$(LOCK_CHECK))
+	diff -u $(LOCK_BASE) $(LOCK_CHECK)/$(LOCK_BASE) && diff -u $(LOCK_DEV) $(LOCK_CHECK)/$(LOCK_DEV) \
+	  || { echo 'the locks in requirements/ are out of date: run make lock' >&2; exit 1; }
 
 # The embedded default's secret key, generated once so sessions and signed tasks
 # survive restarts (DJANGO_SECRET_KEY or DJANGO_SECRET_KEY_FILE wins when set).
