@@ -47,6 +47,7 @@ class Operator(models.Model):
             ("decide_approvals", "Can approve or reject actions"),
             ("settle_effects", "Can settle effects whose outcome is unknown"),
             ("view_audit", "Can read the audit log"),
+            ("view_provider_errors", "Can read providers' own error messages"),
         ]
 
     def __str__(self) -> str:

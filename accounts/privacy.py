@@ -18,6 +18,7 @@ reads the provider's own records); only what is shown is masked.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -83,3 +84,63 @@ def mask(value: Any) -> Any:
     if isinstance(value, str):
         return mask_text(value)
     return value
+
+
+# --- Errors a provider wrote. Its text can name internal hosts, accounts and request
+# details: people who act on providers (the ``view_provider_errors`` permission) read
+# it, masked like any text; everyone else reads what kind of failure it was and a
+# reference, which is the same on every page and in the log for the same error, so a
+# viewer can quote it to someone who may read the detail.
+
+# Error classes whose text Holdfast itself wrote (a refusal before sending, a
+# rejected approval, a model's invalid arguments): it explains the run and is
+# shown to everyone who may see the run.
+OWN_ERROR_CLASSES = frozenset(
+    {
+        "approval_rejected",
+        "cancelled",
+        "currency_mismatch",
+        "did_not_happen",
+        "invalid_arguments",
+        "no_provider_account",
+        "policy_rejection",
+        "refused_before_send",
+        "validation",
+    }
+)
+
+PROVIDER_ERROR_CATEGORIES = {
+    "unreachable": "the provider could not be reached",
+    "slow": "the provider did not answer in time",
+    "timeout": "the provider did not answer in time",
+    "rate_limited": "the provider asked to slow down",
+    "idempotency_key_in_use": "the provider was still working on an earlier attempt",
+    "authentication": "the provider refused the account's credentials",
+    "not_found": "the provider has no such record",
+    "invalid_request": "the provider refused the request",
+    "refused": "the provider refused the request",
+    "server_error": "the provider failed",
+}
+UNCATEGORISED = "the call failed"
+
+
+def error_reference(text: str) -> str:
+    """A short, stable name for one error text: "E-1a2b3c4d"."""
+    return "E-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def shown_error(error_class: str, text: str, *, detail: bool) -> str:
+    """An error as one reader may read it.
+
+    ``detail``: the reader may read providers' own words (``view_provider_errors``).
+    Holdfast's own explanations are shown to everyone; a provider's text only to
+    readers with ``detail``, everyone else reads its category and reference.
+    """
+    if not text:
+        return ""
+    if error_class in OWN_ERROR_CLASSES:
+        return mask_text(text)
+    if detail:
+        return f"{mask_text(text)} (reference {error_reference(text)})"
+    category = PROVIDER_ERROR_CATEGORIES.get(error_class, UNCATEGORISED)
+    return f"{category} (reference {error_reference(text)})"

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from accounts.access import api_token_problem
 from accounts.models import ApiToken
-from accounts.privacy import mask, mask_text
+from accounts.privacy import mask, mask_text, shown_error
 from accounts.services import (
     audit_record,
     bearer_token,
@@ -148,7 +148,9 @@ def owner_json(run: Run) -> dict[str, Any] | None:
     return {"host": owner.host, "pid": owner.pid, "lease_expires_at": _iso(owner.lease_expires_at)}
 
 
-def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
+def run_json(run: Run, *, steps: bool = False, error_detail: bool = False) -> dict[str, Any]:
+    """The run as the API answers it. A step's provider error is its category and
+    reference unless the token's owner may read providers' own words (``error_detail``)."""
     data: dict[str, Any] = {
         "id": str(run.id),
         "agent": run.agent_name,
@@ -178,7 +180,8 @@ def run_json(run: Run, *, steps: bool = False) -> dict[str, Any]:
                 "effect_key": step.effect_key,
                 "provider_reference": step.provider_reference or None,
                 "error_class": step.last_error_class or None,
-                "error": mask_text(step.last_error) or None,
+                "error": shown_error(step.last_error_class, step.last_error, detail=error_detail)
+                or None,
                 "started_at": step.started_at.isoformat() if step.started_at else None,
                 "completed_at": step.completed_at.isoformat() if step.completed_at else None,
                 # The last send's time, and while it is in flight (cleared, no answer
@@ -254,4 +257,5 @@ def get_run(request: HttpRequest, run_id) -> JsonResponse:
     run = for_tenant(Run.objects.all(), token.tenant).filter(pk=run_id).first()
     if run is None:
         return _error(404, f"no run {run_id}")
-    return JsonResponse(run_json(run, steps=True))
+    detail = token.owner.has_perm("accounts.view_provider_errors")
+    return JsonResponse(run_json(run, steps=True, error_detail=detail))

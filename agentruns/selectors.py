@@ -357,6 +357,7 @@ def run_detail_context(run: Run, user) -> dict[str, Any]:
         "steps": _step_rows(run, steps, approvals, cases),
         "events": list(run.events.order_by("-id")[:200]),
         "audit": _audit_of(run),
+        "error_detail": user.has_perm("accounts.view_provider_errors"),
         "can_cancel": user.has_perm("accounts.cancel_runs")
         and not run.is_terminal
         and run.status != RunStatus.EFFECT_UNKNOWN,

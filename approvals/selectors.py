@@ -19,6 +19,10 @@ from approvals.policy import approver_problem, limits_for
 from approvals.services import ResourceNow, approval_used_by
 
 PAGE_SIZE = 100
+# The pending cards of one inbox page that read their resource as the page loads:
+# the provider is asked at most this many times per page view (readings are also
+# shared for a few seconds, approvals.services.RESOURCE_READ_CACHE_SECONDS).
+RESOURCE_READS_PER_PAGE = 10
 PENDING = "pending"
 DECIDED = "decided"
 
@@ -38,6 +42,8 @@ class Viewer:
     # A superuser: any amount in any currency.
     unlimited: bool
     may_rerequest: bool
+    # May read providers' own error messages (else a category and a reference).
+    error_detail: bool = False
 
     @classmethod
     def of(cls, user, tenant: Tenant, *, actor: str) -> Viewer:
@@ -49,6 +55,7 @@ class Viewer:
             limits=limits_for(user, tenant),
             unlimited=user.is_superuser,
             may_rerequest=user.has_perm("accounts.retry_runs"),
+            error_detail=user.has_perm("accounts.view_provider_errors"),
         )
 
     @property
@@ -94,10 +101,19 @@ class Reading:
     changes: list[str]
     error: str
     summary: str = ""
+    error_class: str = ""
+    read_at: Any = None
 
     @classmethod
     def of(cls, approval: Approval, now: ResourceNow) -> Reading:
-        return cls(_rows(now.state or {}), now.changes_from(approval), now.error, now.summary)
+        return cls(
+            _rows(now.state or {}),
+            now.changes_from(approval),
+            now.error,
+            now.summary,
+            now.error_class,
+            now.read_at,
+        )
 
 
 @dataclass
@@ -114,6 +130,9 @@ class Card:
     flash: str = ""
     note: str = ""
     reading: Reading | None = None
+    # Read the resource from its provider as the card loads; further down a long
+    # inbox, only when asked (RESOURCE_READS_PER_PAGE).
+    reads_now: bool = True
     # What used a consumed approval, in words ("refund re_…").
     used_by: str = ""
     args: list[tuple[str, str]] = field(default_factory=list)
@@ -206,8 +225,12 @@ def inbox_context(viewer: Viewer, params) -> dict[str, Any]:
         ),
         "agents": get_registry().names(),
         "viewer": viewer,
+        "error_detail": viewer.error_detail,
         "pending_count": pending_count,
-        "cards": [approval_card(viewer, approval) for approval in page[:PAGE_SIZE]],
+        "cards": [
+            approval_card(viewer, approval, reads_now=index < RESOURCE_READS_PER_PAGE)
+            for index, approval in enumerate(page[:PAGE_SIZE])
+        ],
         "more": len(page) > PAGE_SIZE,
         "page_size": PAGE_SIZE,
     }
@@ -219,6 +242,7 @@ def approval_detail_context(viewer: Viewer, card: Card) -> dict[str, Any]:
     return {
         "card": card,
         "viewer": viewer,
+        "error_detail": viewer.error_detail,
         "replaced_by": list(for_tenant(approval.replaced_by.all(), viewer.tenant)),
         "audit": list(
             for_tenant(AuditEntry.objects.all(), viewer.tenant).filter(

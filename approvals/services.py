@@ -4,12 +4,16 @@ expiring them."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import OuterRef, Q, Subquery
+from django.utils import timezone
 
+from accounts.privacy import error_reference, shown_error
 from accounts.services import audit_record, user_actor_name
 from agentruns.dbclock import DbNow
 from agentruns.models import Run, RunStatus, Step
@@ -26,6 +30,8 @@ APPROVE = "approve"
 REJECT = "reject"
 # How long the inbox waits for a provider when it shows a resource's state now.
 RESOURCE_READ_TIMEOUT = 3.0
+# How long pages reuse one reading of a resource (a decision always reads afresh).
+RESOURCE_READ_CACHE_SECONDS = 10
 
 
 class DecisionRefused(Exception):
@@ -136,10 +142,13 @@ def approval_decide(
 
 
 def _check_resource_unchanged(approval: Approval) -> None:
-    now = approval_resource_now(approval)
+    now = approval_resource_now(approval, fresh=True)
     if now.error:
+        # Shown to whoever clicked, who may not read the provider's own words.
+        error = shown_error(now.error_class, now.error, detail=False)
         raise DecisionRefused(
-            f"{now.error}; an approval is given only on the state it was asked on, "
+            f"could not read {approval.resource} now: {error}; "
+            "an approval is given only on the state it was asked on, "
             "so try again when it can be read, or reject"
         )
     changes = now.changes_from(approval)
@@ -287,9 +296,14 @@ def approvals_expire() -> int:
 @dataclass(frozen=True)
 class ResourceNow:
     state: dict[str, Any] | None
+    # Why it could not be read: the provider's words, shown under the error rule
+    # (accounts.privacy.shown_error) with ``error_class``.
     error: str = ""
     # What the resource allows now, in the tool's words (ApprovalPolicy.summary).
     summary: str = ""
+    error_class: str = ""
+    # When the provider was asked (a reading may come from the short cache).
+    read_at: datetime | None = None
 
     def changes_from(self, approval: Approval) -> list[str]:
         if self.state is None:
@@ -297,12 +311,34 @@ class ResourceNow:
         return state_changes(approval.resource_state or {}, self.state)
 
 
-def approval_resource_now(approval: Approval) -> ResourceNow:
-    """Read the approval's resource from its provider now, for the operator deciding."""
+def approval_resource_now(approval: Approval, *, fresh: bool = False) -> ResourceNow:
+    """Read the approval's resource from its provider now, for the operator deciding.
+
+    Pages showing it take a reading up to ``RESOURCE_READ_CACHE_SECONDS`` old, shared
+    by every approval of the tenant on the same resource: an inbox reloaded by several
+    approvers asks the provider once. A decision asks afresh (``fresh``): it is bound
+    to the state it reads.
+    """
     run = approval.run
     tool = get_registry().tool_of(run, approval.tool)
     if tool is None or tool.approval is None:
-        return ResourceNow(None, "this deployment cannot read the resource of this tool")
+        return ResourceNow(
+            None,
+            "this deployment cannot read the resource of this tool",
+            error_class="refused_before_send",
+        )
+    key = f"approvals:resource-now:{approval.tenant_id}:{approval.tool}:{approval.resource}"
+    reading = None if fresh else cache.get(key)
+    if reading is None:
+        reading = _read_resource(approval, run, tool)
+        cache.set(key, reading, RESOURCE_READ_CACHE_SECONDS)
+    if reading.state is None:
+        return reading
+    return replace(reading, summary=tool.approval.summary_of(approval.args, reading.state))
+
+
+def _read_resource(approval: Approval, run: Run, tool) -> ResourceNow:
+    read_at = timezone.now()
     info = CallInfo.for_run(
         run,
         step_id=approval.step_id,
@@ -313,10 +349,19 @@ def approval_resource_now(approval: Approval) -> ResourceNow:
     )
     try:
         state = tool.approval.resource_state(approval.args, info)
-        return ResourceNow(state, summary=tool.approval.summary_of(approval.args, state))
+        return ResourceNow(state, read_at=read_at)
     except Exception as exc:
-        log.info("approval %s: reading %s failed: %s", approval.pk, approval.resource, exc)
-        return ResourceNow(None, f"could not read {approval.resource} now: {exc}")
+        error = str(exc) or type(exc).__name__
+        # The detail, findable by the reference a viewer is shown instead of it.
+        log.info(
+            "approval %s: could not read %s now: %s (reference %s)",
+            approval.pk,
+            approval.resource,
+            error,
+            error_reference(error),
+        )
+        error_class = getattr(exc, "error_class", "") or "unexpected"
+        return ResourceNow(None, error, error_class=error_class, read_at=read_at)
 
 
 def approvals_expire_duty(sweep_pass: SweepPass) -> None:

@@ -78,7 +78,12 @@ def approval_resource(request: HttpRequest, approval_id: int) -> HttpResponse:
     if request.htmx:
         # oob: a reading that shows changes also swaps the card's Approve for
         # "Ask again with the current state" (approve_slot, by its id).
-        context = {"approval": approval, "reading": reading, "oob": True}
+        context = {
+            "approval": approval,
+            "reading": reading,
+            "oob": True,
+            "error_detail": _viewer(request).error_detail,
+        }
         return render(request, "approvals/inbox.html#resource_now", context)
     viewer = _viewer(request)
     return _detail(request, viewer, approval_card(viewer, approval, reading=reading))
@@ -91,7 +96,8 @@ def _answer(
     viewer = _viewer(request)
     card = approval_card(viewer, approval, **extra)
     if request.htmx:
-        return render(request, "approvals/inbox.html#card", {"card": card}, status=status)
+        context = {"card": card, "error_detail": viewer.error_detail}
+        return render(request, "approvals/inbox.html#card", context, status=status)
     return _detail(request, viewer, card, status=status)
 
 

@@ -51,6 +51,7 @@ def case_context(case: ReconciliationCase, user) -> dict[str, Any]:
         "choices": case_choices(case) if case.is_open else [],
         "outcomes": [(o.value, o.label) for o in OPERATOR_OUTCOMES],
         "can_settle": user.has_perm("accounts.settle_effects"),
+        "error_detail": user.has_perm("accounts.view_provider_errors"),
         "audit": list(
             for_tenant(AuditEntry.objects.all(), case.tenant).filter(
                 object_type="case", object_id=str(case.pk)

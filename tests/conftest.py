@@ -16,6 +16,14 @@ from sandbox.control import ControlTokenMissing, read_token, token_path
 from tests.harness import ROOT, TTL_SECONDS, Sandbox
 
 
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Each test starts with an empty cache (pages share provider readings in it)."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def tenant(db):
     # Transactional tests flush the database, data migrations included.
@@ -56,11 +64,11 @@ def _grant_group_permissions(group) -> None:
 
     from django.contrib.auth.models import Permission
 
-    migration = importlib.import_module("accounts.migrations.0004_create_operator_groups")
+    groups = importlib.import_module("accounts.migrations.0004_create_operator_groups")
+    grants = importlib.import_module("accounts.migrations.0008_provider_error_permission")
+    codenames = groups.GROUPS[group.name] + grants.GRANTS.get(group.name, [])
     group.permissions.set(
-        Permission.objects.filter(
-            content_type__app_label="accounts", codename__in=migration.GROUPS[group.name]
-        )
+        Permission.objects.filter(content_type__app_label="accounts", codename__in=codenames)
     )
 
 

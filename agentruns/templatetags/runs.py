@@ -7,7 +7,7 @@ from typing import Any
 
 from django import template
 
-from accounts.privacy import mask, mask_text
+from accounts.privacy import mask, mask_text, shown_error
 
 register = template.Library()
 
@@ -18,6 +18,14 @@ LARGE = 4000
 def masked(value: Any) -> Any:
     """Any text shown on a page (an error, a note) under the one masking rule."""
     return mask_text(value) if isinstance(value, str) else mask(value)
+
+
+@register.simple_tag(takes_context=True)
+def error_shown(context, error_class: str, text: str) -> str:
+    """An error as this page's reader may read it: a provider's own words only with
+    ``error_detail`` in the context (``view_provider_errors``), else its category and
+    reference (accounts.privacy.shown_error). Escaped by the template engine."""
+    return shown_error(error_class or "", text or "", detail=bool(context.get("error_detail")))
 
 
 @register.filter

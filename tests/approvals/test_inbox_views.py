@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
@@ -14,7 +15,7 @@ from agentruns.models import Run
 from approvals.models import Approval, ApprovalAuthority
 
 # A decision wakes the run through the task queue (its own database on SQLite).
-from tests.harness import post_decision
+from tests.harness import API_KEY, post_decision
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -267,17 +268,34 @@ def test_the_resource_now_fragment_shows_the_state_and_what_changed(ann, pending
     world.sandbox.client().v1.refunds.create(
         params={"payment_intent": world.order["payment_intent"], "amount": 500}
     )
+    # A reading is shared for a few seconds: several approvers on one inbox ask once.
+    body = ann.get(f"/approvals/{pending.pk}/resource/", HTTP_HX_REQUEST="true").content.decode()
+    assert "Unchanged since it was asked." in body
+    cache.clear()  # as RESOURCE_READ_CACHE_SECONDS later
     body = ann.get(f"/approvals/{pending.pk}/resource/", HTTP_HX_REQUEST="true").content.decode()
     assert "Changed since it was asked" in body
     assert "amount_refunded: 0.00 EUR → 5.00 EUR" in body
     assert "84.00 EUR of 89.00 EUR still refundable" in body
 
 
-def test_the_resource_now_fragment_says_when_the_provider_cannot_be_read(ann, pending, settings):
+def test_the_resource_now_fragment_says_when_the_provider_cannot_be_read(
+    ann, pending, settings, make_operator, tenant, caplog
+):
     settings.PAYMENTS_API_BASE = "http://127.0.0.1:9"  # nothing listens there
     body = ann.get(f"/approvals/{pending.pk}/resource/", HTTP_HX_REQUEST="true").content.decode()
-    assert "Could not read it now" in body
-    assert pending.resource in body
+    assert f"Could not read <code>{pending.resource}</code> now" in body
+    # An approver reads what kind of failure it was and a reference, not the
+    # provider client's own words (hosts, ports, connection pools).
+    assert "the provider could not be reached (reference E-" in body
+    assert "127.0.0.1" not in body and "Connection" not in body
+    reference = body.split("(reference ")[1].split(")")[0]
+    # ... which finds the detail in the log, and on the page of someone who may read it.
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(reference in line and "127.0.0.1" in line for line in logged)
+    reconciler = Client()
+    reconciler.force_login(make_operator(tenant, "reconciler"))
+    body = reconciler.get(f"/approvals/{pending.pk}/resource/", HTTP_HX_REQUEST="true")
+    assert "127.0.0.1" in body.content.decode() and reference in body.content.decode()
 
 
 def test_without_javascript_the_resource_link_shows_the_approval_page(ann, pending):
@@ -333,3 +351,27 @@ def test_asking_again_for_a_pending_approval_is_409(operator, pending):
 def test_an_approver_cannot_ask_again(ann, pending):
     Approval.objects.filter(pk=pending.pk).update(status="expired")
     assert ann.post(f"/approvals/{pending.pk}/rerequest").status_code == 403
+
+
+def test_an_inbox_page_asks_the_provider_a_bounded_number_of_times(ann, pending, world):
+    from approvals.selectors import RESOURCE_READS_PER_PAGE
+
+    # More pending approvals than read on load, all on the same payment intent.
+    fields = {f.name: getattr(pending, f.name) for f in Approval._meta.concrete_fields}
+    for index in range(RESOURCE_READS_PER_PAGE + 5):
+        Approval.objects.create(**{**fields, "id": None, "step_id": f"{pending.step_id}-{index}"})
+    page = ann.get("/approvals/").content.decode()
+    assert page.count('hx-trigger="load"') == RESOURCE_READS_PER_PAGE
+    assert page.count("Only the first cards read it as the page loads.") == 6
+
+    def reads() -> int:
+        # The provider's own log of what our account asked it.
+        rows = world.sandbox.requests_of(API_KEY)
+        return sum(1 for row in rows if row["path"].startswith("/v1/payment_intents/"))
+
+    before = reads()
+    for approval in Approval.objects.filter(status="pending"):
+        body = ann.get(f"/approvals/{approval.pk}/resource/", HTTP_HX_REQUEST="true")
+        assert "Unchanged since it was asked." in body.content.decode()
+    # One reading, shared by every card on the same resource for a few seconds.
+    assert reads() - before == 1
