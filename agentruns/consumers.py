@@ -22,13 +22,17 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
+from django.contrib.auth.context_processors import PermWrapper
 from django.contrib.sessions.backends.base import SessionBase
 from django.db.models import Max
 from django.db.utils import InterfaceError, OperationalError
+from django.http import HttpRequest, QueryDict
 from django.template.loader import render_to_string
 from django.utils.module_loading import import_string
 
+from accounts.models import AuditEntry
 from accounts.navigation import attention_for
+from agentruns.live import Fresh, Watcher, live_page
 from agentruns.models import Run, RunEvent
 from agentruns.runtime.outages import Outage
 from agentruns.selectors import run_detail_context, run_list_context, run_matches
@@ -70,13 +74,22 @@ class RunsConsumer(AsyncWebsocketConsumer):
         _open_sockets[user.pk] += 1
         self.counted_user = user.pk
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
-        self.run_id = self.scope["url_route"]["kwargs"].get("run_id")
-        self.navigation_only = bool(self.scope["url_route"]["kwargs"].get("navigation_only"))
-        if self.run_id is not None and not await database_sync_to_async(self._visible)():
+        route = self.scope["url_route"]["kwargs"]
+        self.run_id = route.get("run_id")
+        self.navigation_only = bool(route.get("navigation_only"))
+        self.params = parse_qs(self.scope.get("query_string", b"").decode())
+        self.page = None
+        if route.get("page") is not None:
+            factory = live_page(route["page"])
+            if factory is None:
+                await self.close(code=4404)
+                return
+            self.page = await database_sync_to_async(self._open_page)(factory, route)
+        if not await database_sync_to_async(self._visible)():
             await self.close(code=4404)
             return
-        self.params = parse_qs(self.scope.get("query_string", b"").decode())
         self.seen: deque[int] = deque(maxlen=4 * TRAILING_WINDOW)
+        self.audit_seen: deque[int] = deque(maxlen=4 * TRAILING_WINDOW)
         self.poked = asyncio.Event()
         await self.accept()
         if self.channel_layer is not None:
@@ -163,7 +176,16 @@ class RunsConsumer(AsyncWebsocketConsumer):
             return "you may no longer see runs"
         return ""
 
+    def _open_page(self, factory, route):
+        user, tenant = self.operator.user, self.operator.tenant
+        request = _page_request(self.scope, user, tenant)
+        return factory(Watcher(user, tenant, self.params, route.get("object_id"), request))
+
     def _visible(self) -> bool:
+        if self.page is not None:
+            return self.page.visible()
+        if self.run_id is None:
+            return True
         return Run.objects.filter(pk=self.run_id, tenant_id=self.operator.tenant_id).exists()
 
     def _events(self):
@@ -179,27 +201,62 @@ class RunsConsumer(AsyncWebsocketConsumer):
             events = events.filter(run_id=self.run_id)
         return list(events.order_by("id").values_list("id", "run_id", "type")[:READ_LIMIT])
 
+    def _audit_entries(self):
+        """The tenant's audit log as ``_events`` reads the run events: a trailing
+        window behind the newest entry seen, the newest window on connect."""
+        if self.audit_seen:
+            floor = max(self.audit_seen) - TRAILING_WINDOW
+        else:
+            newest = AuditEntry.objects.aggregate(newest=Max("id"))["newest"] or 0
+            floor = newest - TRAILING_WINDOW
+        entries = AuditEntry.objects.filter(id__gt=floor, tenant_id=self.operator.tenant_id)
+        return list(
+            entries.order_by("id").values_list("id", "object_type", "object_id", "action")[
+                :READ_LIMIT
+            ]
+        )
+
     def _snapshot(self) -> str:
-        # Mark what is already in the log before rendering: anything newer is
-        # pushed afterwards, so nothing falls between the snapshot and the log.
+        # Mark what is already in the logs before rendering: anything newer is
+        # pushed afterwards, so nothing falls between the snapshot and the logs.
         events = self._events()
         self.seen.extend(event_id for event_id, _, _ in events)
+        if self.page is not None or self.run_id is not None:
+            self.audit_seen.extend(entry[0] for entry in self._audit_entries())
         if self.navigation_only:
             return self._attention()
+        if self.page is not None:
+            return self.page.snapshot() + self._attention()
         if self.run_id is not None:
             return self._detail_fragments()
         return self._list_fragments()
 
+    def _fresh_audit(self) -> tuple[tuple[str, str, str], ...]:
+        if self.page is None and self.run_id is None:
+            return ()  # the run list and the navigation show no audit entry
+        seen = set(self.audit_seen)
+        fresh = [entry for entry in self._audit_entries() if entry[0] not in seen]
+        self.audit_seen.extend(entry[0] for entry in fresh)
+        return tuple(entry[1:] for entry in fresh)
+
     def _changes(self) -> str:
         seen = set(self.seen)
         fresh = [(i, run_id, kind) for i, run_id, kind in self._events() if i not in seen]
-        if not fresh:
-            return ""
         self.seen.extend(i for i, _, _ in fresh)
+        audit = self._fresh_audit()
+        if not fresh and not audit:
+            return ""
         if self.navigation_only:
             return self._attention()
+        if self.page is not None:
+            moved = Fresh(frozenset(run_id for _, run_id, _ in fresh), audit)
+            return self.page.changes(moved) + self._attention()
         if self.run_id is not None:
-            return self._detail_fragments()
+            if fresh or self._audits_this_run(audit):
+                return self._detail_fragments()
+            return ""
+        if not fresh:
+            return ""
         created = {run_id for _, run_id, kind in fresh if kind == "created"}
         changed = list(Run.objects.filter(pk__in={run_id for _, run_id, _ in fresh}))
         if any(run.id in created and run_matches(run, self.params) for run in changed):
@@ -228,19 +285,62 @@ class RunsConsumer(AsyncWebsocketConsumer):
             + self._attention()
         )
 
+    def _audits_this_run(self, audit: tuple[tuple[str, str, str], ...]) -> bool:
+        """Whether an audit entry is about this run, or an approval or case of it."""
+        if not audit:
+            return False
+        objects = {(kind, object_id) for kind, object_id, _ in audit}
+        if ("run", str(self.run_id)) in objects:
+            return True
+        run = Run.objects.get(pk=self.run_id)
+        approvals = {str(pk) for pk in run.approvals.values_list("pk", flat=True)}
+        cases = {str(pk) for pk in run.cases.values_list("pk", flat=True)}
+        return any(
+            (kind == "approval" and object_id in approvals)
+            or (kind == "case" and object_id in cases)
+            for kind, object_id in objects
+        )
+
     def _detail_fragments(self) -> str:
         run = Run.objects.select_related("tenant").get(pk=self.run_id)
-        context = {**run_detail_context(run, self.operator.user), "oob": True}
+        context = {**run_detail_context(run, self._viewer()), "oob": True}
         return (
             render_to_string("agentruns/run_detail.html#summary", context)
             + render_to_string("agentruns/run_detail.html#timeline", context)
             + render_to_string("agentruns/run_detail.html#events", context)
+            + render_to_string("agentruns/run_detail.html#audit", context)
             + self._attention()
         )
 
+    def _viewer(self):
+        """The watching user as the database has them now: what a fragment offers
+        (the Audit link, cancel, provider errors) follows their permissions of now."""
+        return get_user_model()._default_manager.get(pk=self.operator.user_id)
+
     def _attention(self) -> str:
-        context = {"attention": attention_for(self.operator.tenant), "oob": True}
+        context = {
+            "attention": attention_for(self.operator.tenant),
+            "oob": True,
+            # Rendered outside a request: the permissions the page's own render read.
+            "perms": PermWrapper(self._viewer()),
+        }
         return render_to_string("accounts/_attention.html", context)
+
+
+def _page_request(scope, user, tenant) -> HttpRequest:
+    """The request a live page's fragments are rendered with: the page's query (for
+    ``{% querystring %}``), its user and tenant, and the browser's CSRF cookie, so a
+    pushed form carries a token the page's next POST passes with."""
+    request = HttpRequest()
+    request.method = "GET"
+    request.path = scope.get("path", "")
+    request.GET = QueryDict(scope.get("query_string", b"").decode())
+    request.user = user
+    request.tenant = tenant
+    csrf_cookie = scope.get("cookies", {}).get(settings.CSRF_COOKIE_NAME)
+    if csrf_cookie:
+        request.META["CSRF_COOKIE"] = csrf_cookie
+    return request
 
 
 def _session_of(session_key: str, user_id: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,6 +198,30 @@ def approval_card(viewer: Viewer, approval: Approval, **extra: Any) -> Card:
     )
 
 
+def card_signature(card: Card) -> str:
+    """What a card shows that can change after it is rendered."""
+    approval = card.approval
+    return "|".join(
+        str(part)
+        for part in (
+            approval.pk,
+            approval.status,
+            approval.decided_by_name,
+            approval.rerequested_at,
+            approval.consumed_at,
+            approval.invalidated_reason,
+            approval.run.status,
+        )
+    )
+
+
+def cards_seen(cards: list[Card]) -> str:
+    """A short name for a list of cards as rendered: the page carries it on its socket's
+    address, so a socket (re)connecting can tell whether the page is still current."""
+    joined = "\n".join(card_signature(card) for card in cards)
+    return hashlib.sha256(joined.encode()).hexdigest()[:16]
+
+
 def inbox_context(viewer: Viewer, params) -> dict[str, Any]:
     """The inbox ``viewer`` sees under ``params`` (show, tool, agent), in their tenant."""
     show = DECIDED if params.get("show") == DECIDED else PENDING
@@ -213,6 +238,10 @@ def inbox_context(viewer: Viewer, params) -> dict[str, Any]:
         page = list(approvals.pending().order_by("created_at", "id")[: PAGE_SIZE + 1])
     else:
         page = list(approvals.decided().order_by("-created_at", "-id")[: PAGE_SIZE + 1])
+    cards = [
+        approval_card(viewer, approval, reads_now=index < RESOURCE_READS_PER_PAGE)
+        for index, approval in enumerate(page[:PAGE_SIZE])
+    ]
     return {
         "show": show,
         "tool": tool,
@@ -227,11 +256,9 @@ def inbox_context(viewer: Viewer, params) -> dict[str, Any]:
         "viewer": viewer,
         "error_detail": viewer.error_detail,
         "pending_count": pending_count,
-        "cards": [
-            approval_card(viewer, approval, reads_now=index < RESOURCE_READS_PER_PAGE)
-            for index, approval in enumerate(page[:PAGE_SIZE])
-        ],
+        "cards": cards,
         "more": len(page) > PAGE_SIZE,
+        "seen": cards_seen(cards),
         "page_size": PAGE_SIZE,
     }
 
@@ -242,6 +269,7 @@ def approval_detail_context(viewer: Viewer, card: Card) -> dict[str, Any]:
     return {
         "card": card,
         "viewer": viewer,
+        "seen": cards_seen([card]),
         "error_detail": viewer.error_detail,
         "replaced_by": list(for_tenant(approval.replaced_by.all(), viewer.tenant)),
         "audit": list(

@@ -8,7 +8,8 @@ by itself; this module hands each part to the app that uses it:
   (``accounts.provider_accounts``): ``agentruns.services.build_engine`` builds
   with them;
 - the sweeper gets its duties, in the order one pass performs them;
-- the navigation gets the attention counts every page shows;
+- the navigation gets the attention counts every page shows, and the live socket
+  the approvals and reconciliation pages it pushes to;
 - the engine's measurements go to Prometheus (``config.metrics``), and the JSON
   log lines read the run and step the engine works on (``config.logging``);
 - failed logins and lockouts go to the audit log (``accounts.logins``).
@@ -24,15 +25,17 @@ from django.contrib.auth.signals import user_login_failed
 
 from accounts import logins, navigation
 from accounts.provider_accounts import TenantCredentials
-from agentruns import services, sweeper
+from agentruns import live, services, sweeper
 from agentruns.runtime import observe
 from agentruns.selectors import run_attention_counts
 from approvals.gate import DatabaseApprovalGate
+from approvals.live import ApprovalPage, InboxPage
 from approvals.selectors import pending_approval_count
 from approvals.services import approvals_expire_duty, approvals_resume_duty
 from config import logging as log_format
 from config import metrics
 from reconciliation.desk import DatabaseDesk
+from reconciliation.live import CasePage, QueuePage
 from reconciliation.selectors import open_case_count
 from reconciliation.services import cases_sweep_duty
 
@@ -54,6 +57,15 @@ SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
 # app, so each app above it offers its count rather than accounts reaching up.
 ATTENTION_COUNTERS = (run_attention_counts, pending_approval_count, open_case_count)
 
+# The live pages of the apps above agentruns, by the name in their socket's address
+# (ws/live/<name>/): agentruns' socket follows the logs, each page says what to push.
+LIVE_PAGES = {
+    "inbox": InboxPage,
+    "approval": ApprovalPage,
+    "cases": QueuePage,
+    "case": CasePage,
+}
+
 
 def install() -> None:
     services.install_engine_parts(
@@ -61,6 +73,7 @@ def install() -> None:
     )
     sweeper.install_duties(SWEEPER_DUTIES)
     navigation.install_attention(ATTENTION_COUNTERS)
+    live.install_live_pages(LIVE_PAGES)
     observe.install_sink(metrics.process_sink())
     log_format.install_context(observe.log_context)
     # After axes' own receivers (it is installed before the apps), so a failure it

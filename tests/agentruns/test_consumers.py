@@ -150,3 +150,53 @@ def test_the_navigation_socket_sends_only_the_navigation(viewer_client, harness)
         await socket.disconnect()
 
     _run(scenario)
+
+
+def test_the_pushed_navigation_keeps_the_links_its_viewer_may_follow(
+    client, tenant, make_operator, harness
+):
+    """The Audit link stays on every push for whoever may read the audit log, and is
+    never pushed to whoever may not."""
+    admin = make_operator(tenant, "admin", username="adm")
+    viewer = make_operator(tenant, "viewer", username="vic")
+    pushed = {}
+    for user in (admin, viewer):
+        client.force_login(user)
+        headers = _headers(client)
+
+        async def scenario(headers=headers):
+            socket = WebsocketCommunicator(application, "/ws/nav/", headers=headers)
+            assert (await socket.connect())[0]
+            first = await socket.receive_from(timeout=5)
+            await database_sync_to_async(harness.start)("flow", {})
+            later = await socket.receive_from(timeout=5)
+            await socket.disconnect()
+            return first + later
+
+        pushed[user.username] = async_to_sync(scenario)()
+    assert pushed["adm"].count('href="/audit/"') == 2
+    assert 'href="/audit/"' not in pushed["vic"]
+
+
+def test_the_run_page_pushes_its_audit_entries(client, tenant, make_operator, harness):
+    from accounts.services import audit_record
+
+    client.force_login(make_operator(tenant, "viewer"))
+    run = harness.start("flow", {"sleep": 600})
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=_headers(client))
+        assert (await socket.connect())[0]
+        await socket.receive_from(timeout=5)
+        await database_sync_to_async(audit_record)(
+            tenant=tenant,
+            actor="user:ann",
+            action="run.retry",
+            object_type="run",
+            object_id=str(run.id),
+        )
+        pushed = await socket.receive_from(timeout=5)
+        assert 'id="run-audit" hx-swap-oob="true"' in pushed and "run.retry" in pushed
+        await socket.disconnect()
+
+    _run(scenario)

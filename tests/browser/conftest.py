@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from functools import partial
@@ -140,3 +141,50 @@ def workers(tmp_path):
     for process in processes:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class WebProcess:
+    """daphne on one fixed port, stopped and started again like a restarted web process."""
+
+    def __init__(self):
+        self.port = _free_port()
+        self.process = None
+
+    def start(self) -> None:
+        from channels.testing.live import make_application
+        from daphne.testing import DaphneProcess
+        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+        self.process = DaphneProcess(
+            "127.0.0.1",
+            partial(make_application, static_wrapper=ASGIStaticFilesHandler),
+            setup=_fresh_connections,
+            port=self.port,
+        )
+        self.process.start()
+        assert self.process.ready.wait(15), "daphne did not start"
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def web(django_db_blocker):
+    """A web process of its own that a test stops and starts again."""
+    server = WebProcess()
+    with django_db_blocker.unblock():
+        server.start()
+    yield server
+    if server.process.is_alive():
+        server.stop()

@@ -1,0 +1,132 @@
+"""The inbox and an approval's page, live: new cards arrive, decided cards change in
+place, counts follow; a pushed card's form posts with a token the page accepts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from approvals.models import Approval
+from config.asgi import application
+from tests.harness import post_decision
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+def _headers(client):
+    cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
+    return [(b"origin", b"http://127.0.0.1"), (b"cookie", cookies.encode())]
+
+
+def _seen(page: str) -> str:
+    return re.search(r'ws-connect="([^"]+)"', page).group(1).replace("&amp;", "&")
+
+
+async def _until(socket, needle: str, timeout: float = 8.0) -> str:
+    """Messages until one holds ``needle`` (pushes may come in several)."""
+    received = ""
+    while needle not in received:
+        received += await socket.receive_from(timeout=timeout)
+    return received
+
+
+@pytest.fixture
+def other_approver(tenant, make_operator):
+    client = Client()
+    client.force_login(make_operator(tenant, "approver", username="bo"))
+    return client
+
+
+def test_a_new_request_appears_and_another_approvers_decision_changes_it_in_place(
+    ann, pending, world, other_approver
+):
+    page = ann.get("/approvals/").content.decode()
+    address = _seen(page)
+    assert address.startswith("/ws/live/inbox/?seen=")
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, address, headers=_headers(ann))
+        assert (await socket.connect())[0]
+        snapshot = await socket.receive_from(timeout=5)
+        # The page is current: only the counts, no card replaced under the reader.
+        assert 'id="approval-tabs"' in snapshot and "<article" not in snapshot
+
+        run = await database_sync_to_async(world.start_refund)(requested_by="user:requester")
+        await database_sync_to_async(world.harness.advance)(run)
+        arrived = await _until(socket, 'hx-swap-oob="beforeend:#approval-cards"')
+        newer = await database_sync_to_async(world.waiting_approval)(run)
+        assert f'id="approval-{newer.pk}"' in arrived
+        assert 'Waiting <span class="count">2</span>' in arrived
+        assert f'id="approval-{pending.pk}"' not in arrived  # unchanged: left alone
+
+        decided = await database_sync_to_async(post_decision)(other_approver, pending)
+        assert decided.status_code in (200, 302)
+        changed = await _until(socket, f'id="approval-{pending.pk}"')
+        assert "approval-approved" in changed and "<dt>Decided</dt><dd>user:bo" in changed
+        assert 'Waiting <span class="count">1</span>' in changed
+        await socket.disconnect()
+        return arrived, newer
+
+    arrived, newer = async_to_sync(scenario)()
+    # The pushed card's form carries a token this browser's next POST passes with.
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', arrived).group(1)
+    strict = Client(enforce_csrf_checks=True)
+    strict.cookies = ann.cookies
+    form = {"decision": "reject", "note": "not this one", "args_hash": newer.args_hash}
+    answer = strict.post(f"/approvals/{newer.pk}/decide", {**form, "csrfmiddlewaretoken": token})
+    assert answer.status_code != 403
+    newer.refresh_from_db()
+    assert newer.status == "rejected"
+
+
+def test_a_page_older_than_the_inbox_is_redrawn_on_connect(ann, pending, world):
+    address = _seen(ann.get("/approvals/").content.decode())
+    Approval.objects.filter(pk=pending.pk).update(status="expired")
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, address, headers=_headers(ann))
+        assert (await socket.connect())[0]
+        snapshot = await socket.receive_from(timeout=5)
+        await socket.disconnect()
+        return snapshot
+
+    snapshot = async_to_sync(scenario)()
+    assert 'id="approval-cards" hx-swap-oob="true"' in snapshot
+
+
+def test_an_approvals_page_follows_its_card_and_history(ann, pending, other_approver):
+    page = ann.get(f"/approvals/{pending.pk}/").content.decode()
+    address = _seen(page)
+    assert address.startswith(f"/ws/live/approval/{pending.pk}/")
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, address, headers=_headers(ann))
+        assert (await socket.connect())[0]
+        snapshot = await socket.receive_from(timeout=5)
+        assert "<article" not in snapshot  # current as rendered
+        await database_sync_to_async(post_decision)(other_approver, pending, "reject", "no")
+        changed = await _until(socket, "approval.reject")
+        assert f'id="approval-{pending.pk}"' in changed and "approval-rejected" in changed
+        await socket.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_another_tenants_approval_and_an_unknown_page_are_refused(
+    pending, other_tenant, make_operator
+):
+    outsider = Client()
+    outsider.force_login(make_operator(other_tenant, "approver"))
+
+    async def scenario():
+        for address in (f"/ws/live/approval/{pending.pk}/", "/ws/live/nothing/"):
+            socket = WebsocketCommunicator(application, address, headers=_headers(outsider))
+            connected, code = await socket.connect()
+            assert (connected, code) == (False, 4404), address
+
+    async_to_sync(scenario)()
