@@ -32,13 +32,13 @@ UNAUDITED_FIELDS = frozenset({"password", "token_hash", "last_login"})
 MASKED_PREFIX = "masked__"
 
 
-class RecordOfTruthAdmin(admin.ModelAdmin):
-    """Shown, never added, changed or deleted, in one page or in bulk (no delete action).
-
-    Every text and JSON field is shown through the one masking rule
+class ShownThroughMask:
+    """Every text and JSON field of a record shown through the one masking rule
     (``accounts.privacy``): a step's arguments, an error a provider wrote, an audit
-    entry's before and after.
-    """
+    entry's before and after, an observation's note. ``shown`` names the fields, in
+    order (all of them when empty)."""
+
+    shown: tuple[str, ...] = ()
 
     def get_fields(self, request, obj=None):
         return self._shown_fields()
@@ -47,14 +47,16 @@ class RecordOfTruthAdmin(admin.ModelAdmin):
         return self._shown_fields()
 
     def _shown_fields(self) -> list[str]:
-        """Every field of the record, the text and JSON ones through the masking rule."""
+        fields = [f for f in self.model._meta.fields if not f.auto_created]
+        if self.shown:
+            by_name = {f.name: f for f in fields}
+            fields = [by_name[name] for name in self.shown]
         return [
             f"{MASKED_PREFIX}{field.name}"
             if isinstance(field, models.JSONField | models.TextField | models.CharField)
             and not field.primary_key
             else field.name
-            for field in self.model._meta.fields
-            if not field.auto_created
+            for field in fields
         ]
 
     def __getattr__(self, name: str):
@@ -72,6 +74,11 @@ class RecordOfTruthAdmin(admin.ModelAdmin):
         shown.short_description = field.verbose_name
         return shown
 
+
+class RecordOfTruthAdmin(ShownThroughMask, admin.ModelAdmin):
+    """Shown, never added, changed or deleted, in one page or in bulk (no delete action),
+    every field through the masking rule (``ShownThroughMask``)."""
+
     def has_add_permission(self, request, obj=None):
         return False
 
@@ -82,7 +89,7 @@ class RecordOfTruthAdmin(admin.ModelAdmin):
         return False
 
 
-class RecordOfTruthInline(admin.TabularInline):
+class RecordOfTruthInline(ShownThroughMask, admin.TabularInline):
     """An inline of a record of truth: read-only rows, none added or deleted."""
 
     extra = 0

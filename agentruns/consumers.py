@@ -62,14 +62,17 @@ class RunsConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self._refuse(4401, "you are signed out", sign_in=True)
             return
         self.operator = await database_sync_to_async(self._operator)(user)
         if self.operator is None:
-            await self.close(code=4403)
+            await self._refuse(4403, "you may not see runs")
             return
-        if _open_sockets[user.pk] >= settings.HOLDFAST_MAX_SOCKETS_PER_USER:
-            await self.close(code=4429)
+        limit = settings.HOLDFAST_MAX_SOCKETS_PER_USER
+        if _open_sockets[user.pk] >= limit:
+            await self._refuse(
+                4429, f"your login has {limit} live pages open already; close some and reload"
+            )
             return
         _open_sockets[user.pk] += 1
         self.counted_user = user.pk
@@ -82,11 +85,11 @@ class RunsConsumer(AsyncWebsocketConsumer):
         if route.get("page") is not None:
             factory = live_page(route["page"])
             if factory is None:
-                await self.close(code=4404)
+                await self._refuse(4404, "there is no such live page")
                 return
             self.page = await database_sync_to_async(self._open_page)(factory, route)
         if not await database_sync_to_async(self._visible)():
-            await self.close(code=4404)
+            await self._refuse(4404, "there is no such live page")
             return
         self.seen: deque[int] = deque(maxlen=4 * TRAILING_WINDOW)
         self.audit_seen: deque[int] = deque(maxlen=4 * TRAILING_WINDOW)
@@ -149,9 +152,18 @@ class RunsConsumer(AsyncWebsocketConsumer):
 
     async def _end(self, reason: str) -> None:
         """Tell the page why its updates stop, then close: nothing more is pushed."""
-        notice = render_to_string("accounts/_live_notice.html", {"reason": reason})
-        await self.send(text_data=notice)
+        context = {"reason": reason, "sign_in": True}
+        await self.send(text_data=render_to_string("accounts/_live_notice.html", context))
         await self.close(code=4403)
+
+    async def _refuse(self, code: int, reason: str, *, sign_in: bool = False) -> None:
+        """Accept only to say why, then close with ``code``. A handshake refused outright
+        reaches a browser as 1006, which it takes for an outage and retries every
+        second or so; a close with a code of ours it does not retry."""
+        await self.accept()
+        context = {"reason": reason, "sign_in": sign_in}
+        await self.send(text_data=render_to_string("accounts/_live_notice.html", context))
+        await self.close(code=code)
 
     # --- database side (runs in a worker thread) --------------------------------
 

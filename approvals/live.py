@@ -34,6 +34,9 @@ class InboxPage:
     def __init__(self, watcher: Watcher):
         self.watcher = watcher
         self.shown: dict[int, str] = {}
+        # The page says "No approvals are waiting" (#approval-cards-empty) until a card
+        # arrives: htmx reports a push to an element that is not there as an error.
+        self.empty = False
 
     def visible(self) -> bool:
         return True
@@ -49,6 +52,7 @@ class InboxPage:
         context = self._context()
         cards = context["cards"]
         self.shown = {card.approval.pk: card_signature(card) for card in cards}
+        self.empty = not cards
         if self.watcher.param("seen") == cards_seen(cards):
             return self._render("tabs", context)
         # The page is older than what is there (a reconnect after an outage): all of it.
@@ -83,10 +87,10 @@ class InboxPage:
                 render_to_string(f"{INBOX}#card", {"card": card}, request=self.watcher.request)
                 for card in added
             )
-            parts.append(
-                '<p id="approval-cards-empty" hx-swap-oob="delete"></p>'
-                f'<div hx-swap-oob="beforeend:#approval-cards">{cards}</div>'
-            )
+            if self.empty:
+                parts.append('<p id="approval-cards-empty" hx-swap-oob="delete"></p>')
+                self.empty = False
+            parts.append(f'<div hx-swap-oob="beforeend:#approval-cards">{cards}</div>')
         return "".join(parts)
 
 

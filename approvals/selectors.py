@@ -150,8 +150,13 @@ class Card:
 
     @property
     def canonical_args(self) -> str:
-        # The text args_hash is taken over.
-        return canonical_json(self.approval.args)
+        """The text args_hash is taken over, as shown to people: through the one
+        masking rule, so a card number or an address in it reads ••••."""
+        return canonical_json(mask(self.approval.args))
+
+    @property
+    def canonical_masked(self) -> bool:
+        return self.canonical_args != canonical_json(self.approval.args)
 
 
 def _rows(values: Any) -> list[tuple[str, str]]:

@@ -6,8 +6,7 @@ from reconciliation.models import ProviderLookup, ReconciliationCase
 
 class ProviderLookupInline(RecordOfTruthInline):
     model = ProviderLookup
-    fields = ["created_at", "method", "actor", "outcome", "provider_reference", "note"]
-    readonly_fields = fields
+    shown = ("created_at", "method", "actor", "outcome", "provider_reference", "note")
 
 
 @admin.register(ReconciliationCase)

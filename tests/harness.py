@@ -283,3 +283,16 @@ def post_decision(client, approval, decision="approve", note="", args_hash=None,
         },
         **extra,
     )
+
+
+async def refused_with(socket) -> tuple[int, str]:
+    """Connect a live socket the server refuses: it accepts only to say why, then
+    closes with its code (a browser retries a handshake refused outright). The code
+    and the notice the page shows."""
+    connected, _ = await socket.connect()
+    assert connected, "refused outright: a browser would retry it as an outage"
+    notice = await socket.receive_from(timeout=5)
+    assert 'id="live-notice"' in notice, notice
+    closed = await socket.receive_output(timeout=5)
+    assert closed["type"] == "websocket.close", closed
+    return closed["code"], notice

@@ -138,17 +138,26 @@ def recover_ambiguous(claim: Claim, tool: Tool, step: Step) -> Step:
 def lookup(claim: Claim, tool: Tool, step: Step, *, interrupted: bool) -> Step:
     """Ask the provider what happened under the step's effect key, and act on the answer."""
     info = claim.call_info(step.step_id, step.effect_key, step.attempts, tool.timeout)
+    failure = ""
     try:
         with claim.heartbeat(tool.timeout):
             found: LookupResult = tool.find(step.request, info)
     except Exception as exc:
-        found = LookupResult("inconclusive", detail=f"lookup failed: {type(exc).__name__}: {exc}")
+        # The provider client's own words (hosts, ports) go in "error", which pages
+        # show only to those who may read them; the detail and the case's reason
+        # are Holdfast's words, read by everyone.
+        found = LookupResult(
+            "inconclusive", detail="the lookup failed: the provider could not be asked"
+        )
+        failure = f"{type(exc).__name__}: {exc}"
     entry = {
         "action": "lookup",
         "outcome": found.outcome,
         "conclusive": found.conclusive,
         "detail": found.detail,
     }
+    if failure:
+        entry["error"] = failure
     if found.outcome == "found":
         values = succeeded_values(claim, found.result or {})
         return record_answer(claim, tool, step, values, log_entry=entry, ambiguous=interrupted)

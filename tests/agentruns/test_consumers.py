@@ -9,6 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from config.asgi import application
+from tests.harness import refused_with
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,8 +103,8 @@ def test_another_tenants_socket_gets_nothing(client, harness, other_tenant, make
         await socket.disconnect()
         # Nor may it open another tenant's run.
         detail = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=_headers(client))
-        connected, code = await detail.connect()
-        assert not connected and code == 4404
+        code, notice = await refused_with(detail)
+        assert code == 4404 and "no such live page" in notice
 
     _run(scenario)
 
@@ -111,8 +112,8 @@ def test_another_tenants_socket_gets_nothing(client, harness, other_tenant, make
 def test_anonymous_and_foreign_origin_sockets_are_refused(viewer_client):
     async def scenario():
         anonymous = WebsocketCommunicator(application, "/ws/runs/", headers=[ORIGIN])
-        connected, code = await anonymous.connect()
-        assert not connected and code == 4401
+        code, notice = await refused_with(anonymous)
+        assert code == 4401 and "signed out" in notice and "Sign in again" in notice
         foreign = WebsocketCommunicator(
             application,
             "/ws/runs/",
@@ -129,8 +130,8 @@ def test_a_login_without_the_view_permission_is_refused(client, tenant, make_ope
 
     async def scenario():
         socket = WebsocketCommunicator(application, "/ws/runs/", headers=_headers(client))
-        connected, code = await socket.connect()
-        assert not connected and code == 4403
+        code, notice = await refused_with(socket)
+        assert code == 4403 and "may not see runs" in notice and "run-table" not in notice
 
     _run(scenario)
 

@@ -68,7 +68,7 @@ def test_without_javascript_a_changed_reading_shows_the_card_without_approve(ann
 def test_a_reading_that_fails_keeps_approve_and_says_so(ann, pending, settings):
     settings.PAYMENTS_API_BASE = "http://127.0.0.1:9"  # nothing listens there
     body = _reading(ann, pending)
-    assert "Could not read it now" in body
+    assert f"Could not read <code>{pending.resource}</code> now" in body
     assert "Approve reads it again and is refused while it cannot be read" in body
     assert "hx-swap-oob" not in body
 

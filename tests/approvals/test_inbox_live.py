@@ -13,7 +13,7 @@ from django.test import Client
 
 from approvals.models import Approval
 from config.asgi import application
-from tests.harness import post_decision
+from tests.harness import post_decision, refused_with
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -126,7 +126,7 @@ def test_another_tenants_approval_and_an_unknown_page_are_refused(
     async def scenario():
         for address in (f"/ws/live/approval/{pending.pk}/", "/ws/live/nothing/"):
             socket = WebsocketCommunicator(application, address, headers=_headers(outsider))
-            connected, code = await socket.connect()
-            assert (connected, code) == (False, 4404), address
+            code, _ = await refused_with(socket)
+            assert code == 4404, address
 
     async_to_sync(scenario)()

@@ -39,7 +39,7 @@ from agentruns.models import Run, Step, StepKind, StepStatus
 from approvals.models import Approval
 from config.asgi import application
 from reconciliation.models import ReconciliationCase
-from tests.harness import Harness
+from tests.harness import Harness, refused_with
 from tests.security.access_rules import (
     ADMIN_LOGIN,
     ALL_PERMISSIONS,
@@ -605,16 +605,19 @@ def test_a_socket_answers_each_caller_as_its_rule_says(db, world, socket, rule, 
 
     async def scenario():
         communicator = WebsocketCommunicator(application, path, headers=headers)
-        connected, code = await communicator.connect(timeout=5)
         if expected is True:
+            connected, code = await communicator.connect(timeout=5)
             assert connected, f"{path} as {caller}: closed with {code}"
             snapshot = await communicator.receive_from(timeout=5)
+            assert 'id="live-notice"' not in snapshot, f"{path} as {caller}: {snapshot}"
             if caller == OTHER_TENANT:
                 assert world.run_page not in snapshot, f"{path} pushed the other tenant's run"
             elif socket.key == "ws/runs/":
                 assert world.run_page in snapshot, f"{path} left out the tenant's own run"
         else:
-            assert (connected, code) == (False, expected), f"{path} as {caller}"
+            # Refused with a reason the page shows, then closed with the rule's code.
+            code, _ = await refused_with(communicator)
+            assert code == expected, f"{path} as {caller}"
         # As the server does after a close: the consumer gives back its place.
         await communicator.disconnect()
 
