@@ -74,7 +74,9 @@ def approval_resource(request: HttpRequest, approval_id: int) -> HttpResponse:
     """The resource's state now, read from its provider: a fragment each card loads
     after the page; without JavaScript, the approval's page with it filled in."""
     approval = _approval_or_404(request, approval_id)
-    reading = Reading.of(approval, approval_resource_now(approval))
+    # "Read again" asks the provider now; a page loading takes a reading seconds old.
+    fresh = request.GET.get("fresh") == "1"
+    reading = Reading.of(approval, approval_resource_now(approval, fresh=fresh))
     if request.htmx:
         # oob: a reading that shows changes also swaps the card's Approve for
         # "Ask again with the current state" (approve_slot, by its id).

@@ -102,7 +102,7 @@ def test_an_approver_approves_a_refund_and_watches_the_run_finish(
     # The run page follows the run live until the refund is sent and it completes.
     card.locator(f"a[href='/runs/{run.id}/']").click()
     summary = page.locator("#run-summary")
-    expect(summary.locator("h1 .state")).to_have_text("completed", timeout=30_000)
+    expect(summary.locator("h1 .state")).to_contain_text("Completed", timeout=30_000)
     expect(summary.locator(".run-approvals")).to_contain_text("consumed")
     expect(page.locator("#timeline")).to_contain_text("issue_refund")
     screenshot("approvals-run-completed")
@@ -129,7 +129,9 @@ def test_a_payment_changed_from_outside_takes_approve_away_and_is_asked_again(
     # Someone refunds 5.00 EUR of the payment in the provider's own dashboard.
     payment_intent = sandbox.order("ord_1001")["payment_intent"]
     sandbox.client().v1.refunds.create(params={"payment_intent": payment_intent, "amount": 500})
-    page.reload()
+    # The card shows when it read the payment; "Read again" asks the provider now.
+    expect(card.locator(".read-at")).to_contain_text("Read at")
+    card.get_by_role("button", name="Read again").click()
     # Once the reading loads, Approve is gone; Reject stays; ask again is offered.
     expect(card.locator(".resource-now")).to_contain_text("amount_refunded: 0.00 EUR → 5.00 EUR")
     expect(card.locator("button[value=approve]")).to_have_count(0)
@@ -181,7 +183,7 @@ def test_the_card_says_what_the_provider_will_refuse_and_offers_no_approve(
     # The run's ending says the refund did not happen, in the list and on its page.
     page.goto(f"{live_server_url}/runs/{run.id}/")
     summary = page.locator("#run-summary")
-    expect(summary.locator("h1")).to_contain_text("completed", timeout=30_000)
+    expect(summary.locator("h1")).to_contain_text("Completed", timeout=30_000)
     expect(summary.locator("h1 .outcome")).to_have_text("· refund refused")
     # Never sent: no call time, only the wait for a person.
     refund_step = page.locator(".step-failed")

@@ -153,7 +153,8 @@ def _owner_pid(event: dict) -> int:
 def test_sigterm_hands_the_run_to_the_other_cluster_within_two_seconds(world):
     world.env["HOLDFAST_AGENT_MODULES"] = "tests.crash.agents"
     first = world.start_cluster("qcluster-first")
-    run_id = world.startrun({"steps": 12, "seconds": 0.3}, agent="plodder")
+    # Long enough to be mid-run whenever the second cluster is up, on a busy machine too.
+    run_id = world.startrun({"steps": 40, "seconds": 0.3}, agent="plodder")
     world.wait_until(lambda: len(world.ledger.executions("slow_note")) >= 2, "the run two steps in")
     second = world.start_cluster("qcluster-second")
     world.wait_until(
@@ -173,7 +174,7 @@ def test_sigterm_hands_the_run_to_the_other_cluster_within_two_seconds(world):
     world.wait_for_status(run_id, "completed")
     # Every step read once: the one in flight finished before the run was handed back.
     notes = Counter(json.loads(row["args"])["n"] for row in world.ledger.executions("slow_note"))
-    assert notes == dict.fromkeys(range(12), 1), world.diagnostics()
+    assert notes == dict.fromkeys(range(40), 1), world.diagnostics()
     stopping = first.stdout_path.read_text() + first.stderr_path.read_text()
     assert "handing the run back" in stopping or "stopping (idle)" in stopping, first.tail()
     assert second.popen.poll() is None
