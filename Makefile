@@ -97,6 +97,7 @@ format: setup
 bench: migrate
 	$(BIN)/python benchmarks/step_overhead.py
 	$(BIN)/python benchmarks/recovery.py
+	$(BIN)/python benchmarks/snapshot.py
 
 clean:
 	rm -rf $(VENV) var
