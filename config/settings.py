@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "agentruns",
     "approvals",
     "reconciliation",
+    "evidence",
     "support",
     "sandbox",
     # The composition root: wires the apps above together (config/wiring.py).

@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("agentruns.urls")),
     path("", include("approvals.urls")),
     path("", include("reconciliation.urls")),
+    path("", include("evidence.urls")),
     # Last: every other address under /api/ is a JSON 404, never the site's HTML page.
     re_path(r"^api/(?P<path>.*)$", api.not_found, name="api-not-found"),
 ]

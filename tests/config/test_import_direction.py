@@ -17,6 +17,7 @@ PACKAGES = (
     "agentruns",
     "approvals",
     "reconciliation",
+    "evidence",
     "support",
     "examples",
     "sandbox",
@@ -29,6 +30,8 @@ ALLOWED = {
     "agentruns": {"accounts"},
     "approvals": {"accounts", "agentruns"},
     "reconciliation": {"accounts", "agentruns"},
+    # A run's evidence reads the run, its approvals and its cases together.
+    "evidence": {"accounts", "agentruns", "approvals", "reconciliation"},
     "support": {"agentruns"},
     "examples": {"agentruns"},
     "sandbox": set(),

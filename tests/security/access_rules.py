@@ -126,6 +126,9 @@ RULES: dict[str, Rule] = {
     ),
     "run-cancel": Rule(get=POST_ONLY, post=RUN_ACTION),
     "run-retry": Rule(get=POST_ONLY, post=RUN_ACTION),
+    # A run's evidence, as a printable page and a download (view_runs); each is audited.
+    "run-evidence": Rule(get=OBJECT),
+    "run-evidence-json": Rule(get=OBJECT),
     # --- approvals: pending, requested by someone else
     "approval-inbox": Rule(get=LIST),
     "approval-detail": Rule(get=OBJECT),
