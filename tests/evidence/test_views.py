@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC
 
 import pytest
-from django.utils import timezone
 
 from accounts.models import AuditEntry
 from agentruns.models import Run, Step
@@ -64,7 +64,9 @@ def test_the_json_is_an_attachment_named_for_the_run_and_day_and_audited(viewer,
     response = viewer.get(f"/runs/{finished.id}/evidence.json")
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json; charset=utf-8"
-    day = timezone.now().strftime("%Y-%m-%d")
+    entry = AuditEntry.objects.get(action="run.evidence_exported")
+    # The day of the export, as the audit log has it (a test run at midnight included).
+    day = entry.created_at.astimezone(UTC).strftime("%Y-%m-%d")
     assert response["Content-Disposition"] == (
         f'attachment; filename="holdfast-evidence-{finished.id}-{day}.json"'
     )
@@ -73,7 +75,6 @@ def test_the_json_is_an_attachment_named_for_the_run_and_day_and_audited(viewer,
     assert document["sha256"] == response["X-Evidence-SHA256"]
     assert document["bundle"]["run"]["id"] == str(finished.id)
     assert document["exported_by"] == "user:vic"
-    entry = AuditEntry.objects.get(action="run.evidence_exported")
     assert (entry.object_type, entry.object_id, entry.actor) == (
         "run",
         str(finished.id),
