@@ -32,7 +32,9 @@ SENSITIVE_KEY = re.compile(
 # A reference to where a secret is (``secret_ref: env:HOLDFAST_SECRET_…``) is not one.
 REFERENCE_KEY = re.compile(r"(_ref|reference)$", re.I)
 EMAIL = re.compile(r"[^@\s\"'<>(),;:\[\]]+@([^@\s\"'<>(),;:\[\]]+\.[^@\s\"'<>(),;:\[\]]+)")
-CARD = re.compile(r"(?<![\d])(?:\d[ -]?){12,18}\d(?![\d])")
+# Not inside a word: a hash or an id ("pi_…", a hex digest) holds digit runs that may
+# pass the Luhn check by chance.
+CARD = re.compile(r"(?<![\w])(?:\d[ -]?){12,18}\d(?![\w])")
 SECRET = re.compile(
     r"\b(?:hft_[A-Za-z0-9_-]{20,}|(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9_]{4,}|whsec_[A-Za-z0-9]{6,})"
 )
@@ -72,11 +74,16 @@ def _sensitive(key: str) -> bool:
     return bool(SENSITIVE_KEY.search(key)) and not REFERENCE_KEY.search(key)
 
 
+def _has_value(item: Any) -> bool:
+    # A flag says nothing to hide ("email_customer": false); an empty field neither.
+    return item not in (None, "") and not isinstance(item, bool)
+
+
 def mask(value: Any) -> Any:
     """A JSON-like value with sensitive fields replaced and every string masked."""
     if isinstance(value, dict):
         return {
-            key: MASK if _sensitive(str(key)) and item not in (None, "") else mask(item)
+            key: MASK if _sensitive(str(key)) and _has_value(item) else mask(item)
             for key, item in value.items()
         }
     if isinstance(value, list | tuple):

@@ -109,3 +109,18 @@ def test_the_admin_shows_records_through_the_rule(admin_client, refused_step):
     page = admin_client.get(f"/admin/agentruns/step/{step.pk}/change/").content.decode()
     assert ADDRESS not in page and CARD not in page
     assert "••••@example.com" in page
+
+
+def test_hashes_and_ids_are_never_taken_for_card_numbers():
+    # A digit run inside a hex digest or an id can pass the Luhn check by chance.
+    digest = "9f1c" + "4242424242424242" + "ab07"
+    assert mask_text(digest) == digest
+    assert mask_text("pi_4242424242424242") == "pi_4242424242424242"
+    assert mask_text(f"hash {digest} card {CARD}") == f"hash {digest} card •••• 4242"
+
+
+def test_a_flag_named_like_a_sensitive_field_is_shown():
+    assert mask({"email_customer": False, "email": ADDRESS}) == {
+        "email_customer": False,
+        "email": "••••",
+    }
