@@ -41,7 +41,15 @@ OPERATOR_OUTCOMES = (Outcome.SUCCEEDED, Outcome.NOT_FOUND, Outcome.DIFFERENTLY)
 
 
 class CaseRefused(Exception):
-    """The action is not possible for this case as it stands (the message says why)."""
+    """The action is not possible for this case as it stands (the message says why).
+
+    ``field``: the form field the refusal is about, when it is one ("" otherwise), so
+    the page can say it next to that field.
+    """
+
+    def __init__(self, message: str, *, field: str = ""):
+        super().__init__(message)
+        self.field = field
 
 
 class CaseConflict(Exception):
@@ -176,16 +184,22 @@ def case_record_lookup(
     """Record what an operator found in the provider's own dashboard or records."""
     note = (note or "").strip()
     if outcome not in OPERATOR_OUTCOMES:
-        raise CaseRefused("choose what you found: it happened, it did not happen, or it differs")
+        raise CaseRefused(
+            "choose what you found: it happened, it did not happen, or it differs",
+            field="outcome",
+        )
     if not note:
-        raise CaseRefused("describe your evidence: where you looked and what you saw")
+        raise CaseRefused("describe your evidence: where you looked and what you saw", field="note")
     provider_reference = (provider_reference or "").strip()
     if outcome in (Outcome.SUCCEEDED, Outcome.DIFFERENTLY) and not provider_reference:
-        raise CaseRefused("give the provider's reference of what happened (a refund id, say)")
+        raise CaseRefused(
+            "give the provider's reference of what happened (a refund id, say)",
+            field="provider_reference",
+        )
     if outcome == Outcome.DIFFERENTLY and observed_amount is None:
-        raise CaseRefused("give the amount that actually happened")
+        raise CaseRefused("give the amount that actually happened", field="observed_amount")
     if observed_amount is not None and observed_amount < 0:
-        raise CaseRefused("the observed amount cannot be negative")
+        raise CaseRefused("the observed amount cannot be negative", field="observed_amount")
     if not case.is_open:
         raise CaseConflict("this case is already resolved; its trail is below", case)
     lookup = _append(

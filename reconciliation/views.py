@@ -46,16 +46,31 @@ def case_detail(request: HttpRequest, case_id: int) -> HttpResponse:
     return render(request, "reconciliation/case.html", case_context(case, request.user))
 
 
-def _respond(request, case, *, flash: str = "", error: str = "", status: int = 200):
-    """htmx gets the case body; a plain form post is redirected back to the case page."""
+def _respond(
+    request,
+    case,
+    *,
+    flash: str = "",
+    error: str = "",
+    status: int = 200,
+    typed: dict[str, str] | None = None,
+):
+    """htmx gets the case body; a plain form post is redirected back to the case page.
+
+    ``typed``: on a refusal, the form that was posted (which one, every value it held and
+    the field the refusal is about), drawn again open and filled in, the reason beside
+    the field.
+    """
+    refused = {**(typed or {}), "error": error} if error else {}
     if request.htmx:
         case.refresh_from_db()
         context = {**case_context(case, request.user), "flash": flash, "error": error}
+        context["typed"] = refused
         return render(request, "reconciliation/case.html#case_body", context, status=status)
     if error:
         # Refused or conflicting: show the case as it is now, with why.
         case.refresh_from_db()
-        context = {**case_context(case, request.user), "error": error}
+        context = {**case_context(case, request.user), "error": error, "typed": refused}
         return render(request, "reconciliation/case.html", context, status=status)
     if flash:
         messages.success(request, flash)
@@ -84,31 +99,35 @@ def _minor_units(raw: str, currency: str) -> int | None:
     try:
         return parse_amount(raw, currency)
     except ValueError as exc:
-        raise CaseRefused(str(exc)) from None
+        raise CaseRefused(str(exc), field="observed_amount") from None
+
+
+RECORD_FIELDS = ("outcome", "provider_reference", "observed_amount", "observed_currency", "note")
 
 
 @require_POST
 @operator_required("settle_effects")
 def case_record_view(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _case_or_404(request, case_id)
+    typed = {"form": "record", **{name: request.POST.get(name, "") for name in RECORD_FIELDS}}
     try:
         case_record_lookup(
             case=case,
             user=request.user,
-            outcome=request.POST.get("outcome", ""),
-            note=request.POST.get("note", ""),
-            provider_reference=request.POST.get("provider_reference", ""),
+            outcome=typed["outcome"],
+            note=typed["note"],
+            provider_reference=typed["provider_reference"],
             observed_amount=_minor_units(
-                request.POST.get("observed_amount", ""),
-                request.POST.get("observed_currency", "") or case.currency,
+                typed["observed_amount"], typed["observed_currency"] or case.currency
             ),
-            observed_currency=request.POST.get("observed_currency", ""),
+            observed_currency=typed["observed_currency"],
             request=request,
         )
     except CaseRefused as exc:
-        return _respond(request, case, error=str(exc), status=400)
+        typed["field"] = exc.field
+        return _respond(request, case, error=str(exc), status=400, typed=typed)
     except CaseConflict as exc:
-        return _respond(request, exc.case, error=str(exc), status=409)
+        return _respond(request, exc.case, error=str(exc), status=409, typed=typed)
     return _respond(request, case, flash="Your observation is recorded.")
 
 
@@ -123,21 +142,28 @@ def _int_or_none(value: str | None) -> int | None:
 @operator_required("settle_effects")
 def case_resolve_view(request: HttpRequest, case_id: int) -> HttpResponse:
     case = _case_or_404(request, case_id)
+    typed = {
+        "form": "resolve",
+        "resolution": request.POST.get("resolution", ""),
+        "note": request.POST.get("note", ""),
+    }
     seen_version = _int_or_none(request.POST.get("seen_version"))
     if seen_version is None:
-        return _respond(request, case, error="The form is missing what you saw.", status=400)
+        return _respond(
+            request, case, error="The form is missing what you saw.", status=400, typed=typed
+        )
     try:
         case = case_resolve(
             case=case,
             user=request.user,
-            resolution=request.POST.get("resolution", ""),
+            resolution=typed["resolution"],
             seen_version=seen_version,
             seen_lookup_id=_int_or_none(request.POST.get("seen_lookup_id")),
-            note=request.POST.get("note", ""),
+            note=typed["note"],
             request=request,
         )
     except CaseRefused as exc:
-        return _respond(request, case, error=str(exc), status=400)
+        return _respond(request, case, error=str(exc), status=400, typed=typed)
     except CaseConflict as exc:
-        return _respond(request, exc.case, error=str(exc), status=409)
+        return _respond(request, exc.case, error=str(exc), status=409, typed=typed)
     return _respond(request, case, flash="Resolved.")

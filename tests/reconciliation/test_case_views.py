@@ -154,8 +154,51 @@ def test_a_resolution_on_stale_evidence_is_409_and_shows_the_newest(rita, case):
 def test_a_record_without_evidence_is_400_and_keeps_nothing(rita, case):
     response = _post(rita, f"/reconciliation/{case.pk}/record", {"outcome": "not_found"})
     assert response.status_code == 400
-    assert "describe your evidence" in response.content.decode()
+    assert "Describe your evidence" in response.content.decode()
     assert not case.lookups.exists()
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+def test_a_refused_record_comes_back_open_with_what_was_typed_and_the_reason_beside_the_field(
+    rita, case, htmx
+):
+    typed = {
+        "outcome": "succeeded",
+        "provider_reference": "",
+        "observed_amount": "7.00",
+        "observed_currency": "eur",
+        "note": "Stripe dashboard, <refunds> tab",
+    }
+    extra = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    response = _post(rita, f"/reconciliation/{case.pk}/record", typed, **extra)
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert '<details class="record" open>' in page
+    assert 'value="succeeded" required checked' in page
+    assert 'value="7.00"' in page and 'value="eur"' in page
+    assert "Stripe dashboard, &lt;refunds&gt; tab</textarea>" in page
+    assert 'aria-describedby="record-provider_reference-error" aria-invalid="true"' in page
+    assert (
+        '<p class="field-error" id="record-provider_reference-error" role="alert">'
+        "Give the provider&#x27;s reference of what happened (a refund id, say).</p>"
+    ) in page
+    assert "(required when it happened, or happened differently)" in page
+    assert not case.lookups.exists()
+
+
+def test_a_refused_resolution_keeps_its_note_and_stays_open(rita, case):
+    _post(rita, f"/reconciliation/{case.pk}/record", {"outcome": "not_found", "note": "first"})
+    case.refresh_from_db()
+    response = _post(
+        rita,
+        f"/reconciliation/{case.pk}/resolve",
+        {"resolution": "cancel", "seen_version": case.version - 1, "note": "checked twice"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert "newer evidence arrived" in page and "what you typed is kept below" in page
+    assert '<details class="choice" open>' in page and 'value="checked twice"' in page
 
 
 def test_an_amount_that_is_not_a_number_is_400(rita, case):
