@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from datetime import timedelta
 
 import pytest
@@ -67,6 +69,39 @@ def _narrow(page, name):
     assert width <= 400, f"{name} is {width}px wide at 390px"
 
 
+class Walk:
+    """The reconciler's clicks and keystrokes from the queue to a settled case, counted
+    as they happen, with the time it took (printed: a walk-through, not a target)."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+        self.clicks = 0
+        self.fields = 0
+
+    def click(self, locator) -> None:
+        self.clicks += 1
+        locator.click()
+
+    def check(self, locator) -> None:
+        self.clicks += 1
+        locator.check()
+
+    def fill(self, locator, text: str) -> None:
+        self.fields += 1
+        locator.fill(text)
+
+    @contextlib.contextmanager
+    def aside(self):
+        """What the test does besides the reconciler (screenshots): not counted."""
+        paused = time.monotonic()
+        yield
+        self.started += time.monotonic() - paused
+
+    def report(self, what: str) -> str:
+        seconds = time.monotonic() - self.started
+        return f"{what}: {seconds:.1f} s, {self.clicks} clicks, {self.fields} fields typed in"
+
+
 def test_a_reconciler_finds_a_refund_did_not_happen_and_it_is_sent_again_once(
     page, live_server_url, tenant, make_operator, world, unknown_refund, request, screenshot
 ):
@@ -84,36 +119,42 @@ def test_a_reconciler_finds_a_refund_did_not_happen_and_it_is_sent_again_once(
     screenshot("reconciliation-queue")
     _narrow(page, "reconciliation-queue")
 
-    row.locator(f"a[href='/reconciliation/{case.pk}/']").click()
+    # From the queue on screen to the case settled, as a reconciler does it.
+    walk = Walk()
+    walk.click(row.locator(f"a[href='/reconciliation/{case.pk}/']"))
     body = page.locator("#case-body")
     expect(body.locator("h1")).to_contain_text("did issue_refund happen?")
     expect(body.locator("h1 .state")).to_have_text("open")
     expect(body).to_contain_text(case.effect_key)
     expect(body.locator(".empty-state")).to_contain_text("Nothing is on record yet.")
-    screenshot("reconciliation-case-before")
-    _narrow(page, "reconciliation-case-before")
+    with walk.aside():
+        screenshot("reconciliation-case-before")
+        _narrow(page, "reconciliation-case-before")
 
     # The provider's own dashboard shows no refund (error_before: nothing happened).
     record = body.locator("details.record")
-    record.locator("input[name=outcome][value=not_found]").check()
-    record.locator("textarea[name=note]").fill(
-        "Payments dashboard: no refund on this payment intent, none under the key."
+    walk.check(record.locator("input[name=outcome][value=not_found]"))
+    walk.fill(
+        record.locator("textarea[name=note]"),
+        "Payments dashboard: no refund on this payment intent, none under the key.",
     )
-    record.locator("button[type=submit]").click()
+    walk.click(record.locator("button[type=submit]"))
     expect(body.locator(".flash")).to_have_text("Your observation is recorded.")
     expect(body.locator("ol.lookups")).to_contain_text("it did not happen")
     expect(body.locator("ol.lookups")).to_contain_text("user:rita")
 
     retry = body.locator("details.choice", has_text="It did not happen: send it again")
     expect(retry.locator(".why-not")).to_have_count(0)  # allowed now
-    retry.locator("summary").click()
+    walk.click(retry.locator("summary"))
     expect(retry.locator(":scope > p")).to_contain_text(
         f"The same stored request is sent once more under effect key {case.effect_key}"
     )
-    retry.locator("input[name=note]").fill("Nothing reached the provider; send it.")
-    retry.locator("button[type=submit]").click()
+    walk.fill(retry.locator("input[name=note]"), "Nothing reached the provider; send it.")
+    walk.click(retry.locator("button[type=submit]"))
     # In place: the case body comes back resolved; no navigation.
     expect(body.locator("h1 .state")).to_have_text("resolved")
+    print(walk.report("an ambiguous refund settled from the queue"))
+    assert (walk.clicks, walk.fields) == (5, 2)
     expect(body.locator(".resolution")).to_contain_text("by user:rita")
     expect(body.locator(".resolution")).to_contain_text("the request was sent again")
     expect(body.locator("details.choice")).to_have_count(0)
