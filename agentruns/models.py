@@ -130,6 +130,17 @@ class Run(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # What happened on the way (agentruns.marks), each written in the commit that
+    # records its fact, never cleared: a step took another attempt or an operator
+    # pressed "retry now"; a claim took the run over from a holder whose lease had
+    # expired; an unknown effect was settled; a person approved an effect (by whom,
+    # the latest); the run ended with an effect undone.
+    retried = models.BooleanField(default=False, db_default=False)
+    recovered = models.BooleanField(default=False, db_default=False)
+    reconciled = models.BooleanField(default=False, db_default=False)
+    approved_by = models.CharField(max_length=200, blank=True, db_default="")
+    compensated = models.BooleanField(default=False, db_default=False)
+
     objects = QuerySetRun.as_manager()
 
     class Meta:
@@ -176,6 +187,23 @@ class Run(models.Model):
             # run search by order id
             models.Index(
                 F("tenant"), KeyTransform("order_id", "input"), name="run_tenant_order_id"
+            ),
+            # run lists filtered by a mark (?mark=retried): a tenant's marked runs in a
+            # state, newest first, and the state counts under the filter; only marked
+            # runs have an entry
+            *(
+                models.Index(
+                    fields=["tenant", "status", "-created_at"],
+                    condition=condition,
+                    name=f"run_tenant_{mark}",
+                )
+                for mark, condition in [
+                    ("retried", Q(retried=True)),
+                    ("recovered", Q(recovered=True)),
+                    ("reconciled", Q(reconciled=True)),
+                    ("approved", ~Q(approved_by="")),
+                    ("compensated", Q(compensated=True)),
+                ]
             ),
         ]
 

@@ -124,6 +124,9 @@ def approval_decide(
             decided_at=DbNow(),
             note=note,
         )
+        if won and status == ApprovalStatus.APPROVED:
+            # The run list's "approved by" mark, in the decision's own transaction.
+            Run.objects.filter(pk=approval.run_id).update(approved_by=actor)
         current = Approval.objects.select_related("run").get(pk=approval.pk)
         if not won:
             raise DecisionConflict(_why_not_pending(current), current)

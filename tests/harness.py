@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 import stripe
+from django.core.management import call_command
 from django.utils import timezone
 
 from agentruns.models import Run, Step
@@ -119,6 +120,16 @@ class Harness:
             self.advance(run)
         run.refresh_from_db()
         return run
+
+
+def recorded_before_marks() -> None:
+    """As if every run so far had been recorded before runs had marks: the mark columns
+    dropped (agentruns back to 0005, and the migrations that depend on it) and added
+    again, filled by the data migrations from what was recorded."""
+    try:
+        call_command("migrate", "agentruns", "0005", verbosity=0)
+    finally:
+        call_command("migrate", verbosity=0)
 
 
 # --- the sandbox, over HTTP ----------------------------------------------------------

@@ -228,6 +228,14 @@ class Claim:
 
     # --- commits ----------------------------------------------------------------------
 
+    @staticmethod
+    def _marked(run_set: dict[str, Any], step: StepInsert | StepUpdate | None) -> dict[str, Any]:
+        """The run's part of a commit, with the marks its step write implies."""
+        run_set = dict(run_set or {})
+        if isinstance(step, StepUpdate) and step.another_attempt:
+            run_set["retried"] = True
+        return run_set
+
     def _renewal(self, run_set: dict[str, Any]) -> float | None:
         """Renew the lease with this write when a third of it is used up.
 
@@ -268,7 +276,7 @@ class Claim:
         unless_cancelled: bool = False,
     ) -> Committed:
         """A fenced decision; raises ``LeaseLost`` (or ``Finish`` on a cancel) if refused."""
-        run_set = dict(run_set or {})
+        run_set = self._marked(run_set, step)
         renewed_at = self._renewal(run_set)
         committed = self.store.decide(
             self.fence, run_set, step=step, event=event, unless_cancelled=unless_cancelled
@@ -291,7 +299,7 @@ class Claim:
     ) -> Committed:
         """A fenced decision with guards. A guard that matched nothing comes back as
         ``guard_failed`` (nothing was written); a lost fence raises as ``decide`` does."""
-        run_set = dict(run_set)
+        run_set = self._marked(run_set, step)
         renewed_at = self._renewal(run_set)
         committed = self.store.decide_guarded(
             self.fence,
@@ -310,7 +318,7 @@ class Claim:
 
     def record(self, run_set: dict[str, Any], *, step: StepUpdate, event: Event) -> Committed:
         """A fact with the decision beside it; the fact stays written if the fence fails."""
-        run_set = dict(run_set)
+        run_set = self._marked(run_set, step)
         renewed_at = self._renewal(run_set)
         committed = self.store.record(self.fence, run_set, step=step, event=event)
         return self._committed(committed, run_set, True, renewed_at)
@@ -383,7 +391,9 @@ class Claim:
     ) -> StepInsert | StepUpdate:
         """The one way a step's attempt is written: a new step, or one more attempt."""
         if recorded is not None:
-            return StepUpdate(recorded.pk, {"attempts": Sql("attempts + 1"), **values})
+            return StepUpdate(
+                recorded.pk, {"attempts": Sql("attempts + 1"), **values}, another_attempt=True
+            )
         insert = {
             "run_id": self.run_id,
             "seq": seq,

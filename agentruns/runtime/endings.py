@@ -58,8 +58,9 @@ def write_end(claim: Claim, ending: Finish) -> str:
             run_id=claim.run_id, is_effect=True, status=StepStatus.PLANNED
         ):
             close_cancelled(claim, step, "cancelled before it was sent")
+    facts = _effect_facts(claim)
     try:
-        status = derive_terminal_state(ending.ending, _effect_facts(claim))
+        status = derive_terminal_state(ending.ending, facts)
     except NotSettled as exc:
         # Never end with an effect unsettled (DESIGN §5): wait for an operator.
         claim.decide(
@@ -74,8 +75,11 @@ def write_end(claim: Claim, ending: Finish) -> str:
             claim.engine.desk.open_case(str(claim.run_id), pk, str(exc))
         return f"suspended:{RunStatus.EFFECT_UNKNOWN}"
     code, detail = _outcome(claim, ending)
+    # Marked when an effect of it was undone, whether or not every one was.
+    undone = {"compensated": True} if any(fact.compensated for fact in facts) else {}
     claim.decide(
         {
+            **undone,
             "status": status,
             "outcome_detail": ending.reason or detail,
             "outcome_code": code,

@@ -149,7 +149,8 @@ def _clear(
             values["first_sent_at"] = NOW
         if interrupted:
             values["ambiguous_attempts"] = Sql("ambiguous_attempts + 1")
-        write = StepUpdate(step.pk, values)
+        # A planned step's first send is its first attempt (it was recorded with none).
+        write = StepUpdate(step.pk, values, another_attempt=step.attempts >= 1)
     # A new effect is never sent once a cancel was requested; a resend of an
     # unsettled one is, because its outcome must be settled first.
     # A planned step is never in flight (not sent yet, or proven absent).

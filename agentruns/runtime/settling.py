@@ -58,7 +58,8 @@ def settle(
         **_step_values(claim, resolution, tool, by=by, observed=observed, reference=reference),
     }
     reason = f"{step.step_id} settled by {by}: {resolution.value}"
-    run_set = _run_values(resolution, step, tool, by=by, reason=reason)
+    # The run is marked reconciled in the commit that settles the step and its case.
+    run_set = {**_run_values(resolution, step, tool, by=by, reason=reason), "reconciled": True}
     step_guard = claim.store.step_guard(step.pk, values, only_if_status=(StepStatus.UNKNOWN,))
     committed = claim.decide_guarded(
         run_set,

@@ -259,6 +259,9 @@ class Store:
             "claim_count": Sql("claim_count + 1"),
             "status": Sql("status") if keep_status else RunStatus.RUNNING.value,
             "next_attempt_at": None,
+            # Every release empties lease_owner; a claim that finds it set takes the run
+            # over from a holder whose lease expired (it died, stalled or gave up).
+            "recovered": Sql("recovered OR lease_owner <> ''"),
         }
         run_sql, run_params = self._run_update(run_set, where, params)
         return self._transition(run_sql, run_params, None, Event("claimed", payload=payload))
@@ -285,7 +288,7 @@ class Store:
         )
         params.extend(statuses)
         run_sql, run_params = self._run_update(
-            {"next_attempt_at": NOW, "enqueued_at": NOW}, where, params
+            {"next_attempt_at": NOW, "enqueued_at": NOW, "retried": True}, where, params
         )
         event = Event("woken", payload={"by": by})
         return self._transition(run_sql, run_params, None, event).fenced
@@ -303,8 +306,12 @@ class Store:
             f"WHERE run_id = {step_run_sql} AND is_effect AND status IN (%s, %s)) "
             f"AND (lease_expires_at IS NULL OR lease_expires_at < {self.now_sql})"
         )
+        # Its unknown effects were settled (a late answer, the case closed): reconciled.
         return self._queue(
-            where, params, Event("resumed", payload={"by": by, "reason": "effects settled"})
+            where,
+            params,
+            Event("resumed", payload={"by": by, "reason": "effects settled"}),
+            reconciled=True,
         )
 
     def resume_waiting_for_approval(self, run_id: uuid.UUID, *, by: str) -> bool:
@@ -318,8 +325,13 @@ class Store:
         params.append(RunStatus.WAITING_FOR_APPROVAL.value)
         return self._queue(where, params, Event("resumed", payload={"by": by}))
 
-    def _queue(self, where: str, params: list[Any], event: Event) -> bool:
-        run_set = {"status": RunStatus.QUEUED.value, "next_attempt_at": None, "enqueued_at": NOW}
+    def _queue(self, where: str, params: list[Any], event: Event, **marks: bool) -> bool:
+        run_set = {
+            "status": RunStatus.QUEUED.value,
+            "next_attempt_at": None,
+            "enqueued_at": NOW,
+            **marks,
+        }
         run_sql, run_params = self._run_update(run_set, where, params)
         return self._transition(run_sql, run_params, None, event).fenced
 

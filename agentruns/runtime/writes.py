@@ -66,6 +66,8 @@ class StepUpdate:
     # Only update when the step is in one of these statuses (a fact never
     # overwrites a settled step).
     only_if_status: tuple[str, ...] = ()
+    # The step's second or later attempt: its commit marks the run retried.
+    another_attempt: bool = False
 
 
 @dataclass
