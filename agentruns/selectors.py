@@ -15,19 +15,19 @@ from django.utils import timezone
 from accounts.models import AuditEntry, Tenant
 from accounts.services import for_tenant
 from agentruns.dbclock import DbNow
-from agentruns.models import TERMINAL_STATUSES, Run, RunStatus, Step, StepKind, StepStatus
+from agentruns.marks import MARKS
+from agentruns.models import Run, RunStatus, Step, StepKind, StepStatus
 from agentruns.money import format_amount
 from agentruns.services import engine_settings, get_registry
+from agentruns.states import GROUPS, RunState, StateGroup, group_named, state_of, states_of
 
 PAGE_SIZE = 50
 # Tab counts stop at this many: "1000+" says as much as an exact 213,419 and costs
 # a bounded index range per state instead of a scan of the tenant's whole history.
 COUNT_CAP = 1000
-WORKING = [s for s in RunStatus if s not in TERMINAL_STATUSES]
-TERMINAL = [s for s in RunStatus if s in TERMINAL_STATUSES]
 SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
-# The list's filters besides the state tab, in the order its links carry them.
-FILTERS = ("agent", "since", "q", "outcome")
+# The list's filters besides the tab (a state or a group), in the order its links carry them.
+FILTERS = ("agent", "since", "q", "outcome", "mark")
 # The run states the navigation counts (templates/accounts/_attention.html).
 ATTENTION_STATES = (
     RunStatus.WAITING_FOR_APPROVAL.value,
@@ -51,16 +51,33 @@ def _param(params, name: str) -> str:
     return ((value[0] if isinstance(value, list) else value) or "").strip()
 
 
-def _filtered(tenant: Tenant, params) -> tuple[QuerySet[Run], str]:
-    """The tenant's runs under the page's filters, before the state tab; and the tab."""
+class Tab(NamedTuple):
+    state: RunState
+    count: int  # up to COUNT_CAP + 1
+
+
+class TabGroup(NamedTuple):
+    group: StateGroup
+    count: int  # its states' counts, each taken up to COUNT_CAP
+    capped: bool  # some state of it has more than COUNT_CAP runs
+    tabs: list[Tab]
+
+
+def _filtered(tenant: Tenant, params) -> tuple[QuerySet[Run], str, str]:
+    """The tenant's runs under the page's filters, before the tab; and the tab: a
+    state, or else a group's slug (or neither: all runs)."""
     agent, since, query = _param(params, "agent"), _param(params, "since"), _param(params, "q")
-    outcome = _param(params, "outcome")
+    outcome, mark = _param(params, "outcome"), MARKS.get(_param(params, "mark"))
     runs = for_tenant(Run.objects.all(), tenant)
     if agent:
         runs = runs.filter(agent_name=agent)
     if outcome:
         # run_tenant_outcome index
         runs = runs.filter(outcome_code=outcome)
+    if mark is not None:
+        # run_tenant_<mark> index: a rare mark's runs are read from it and sorted; a
+        # common one's are met soon enough walking run_tenant_recent
+        runs = runs.filter(mark.condition)
     if since in SINCE:
         runs = runs.filter(created_at__gte=timezone.now() - SINCE[since])
     if query:
@@ -75,7 +92,18 @@ def _filtered(tenant: Tenant, params) -> tuple[QuerySet[Run], str]:
             match |= Q(pk=uuid.UUID(query))
         runs = runs.filter(match)
     state = _param(params, "state")
-    return runs, state if state in RunStatus.values else ""
+    if state in RunStatus.values:
+        return runs, state, ""
+    group = _param(params, "group")
+    return runs, "", group if group_named(group) is not None else ""
+
+
+def _in_tab(runs: QuerySet[Run], state: str, group: str) -> QuerySet[Run]:
+    if state:
+        return runs.filter(status=state)
+    if group:
+        return runs.filter(status__in=[s.value for s in states_of(group_named(group))])
+    return runs
 
 
 def capped_count(runs: QuerySet[Run]) -> int:
@@ -89,11 +117,21 @@ def capped_count(runs: QuerySet[Run]) -> int:
 
 def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
     """Everything the run list shows for ``params`` (a QueryDict or a dict of lists)."""
-    runs, state = _filtered(tenant, params)
+    runs, state, group = _filtered(tenant, params)
     counts = {s.value: capped_count(runs.filter(status=s.value)) for s in RunStatus}
     total = capped_count(runs)
-    if state:
-        runs = runs.filter(status=state)
+    tab_groups = []
+    for state_group in GROUPS:
+        tabs = [Tab(s, counts[s.value]) for s in states_of(state_group)]
+        tab_groups.append(
+            TabGroup(
+                state_group,
+                sum(min(tab.count, COUNT_CAP) for tab in tabs),
+                any(tab.count > COUNT_CAP for tab in tabs),
+                tabs,
+            )
+        )
+    runs = _in_tab(runs, state, group)
     # Keyset pagination: the page after (created_at, id), never OFFSET. The extra
     # created_at bound turns the OR into an index range (run_tenant_recent).
     after = _cursor(_param(params, "after"))
@@ -108,20 +146,29 @@ def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
         last = page[-1]
         next_cursor = f"{last.created_at.isoformat()}|{last.id}"
     filters = QueryDict(mutable=True)
-    for name, value in (("state", state), *((n, _param(params, n)) for n in FILTERS)):
+    tab = (("state", state), ("group", group))
+    for name, value in (*tab, *((n, _param(params, n)) for n in FILTERS)):
         if value:
             filters[name] = value
+    mark = _param(params, "mark")
+    group_label = group_named(group).label if group else ""
     return {
         "runs": page,
         "state": state,
+        "group": group,
         "agent": _param(params, "agent"),
         "since": _param(params, "since"),
         "q": _param(params, "q"),
         "outcome": _param(params, "outcome"),
+        "mark": mark if mark in MARKS else "",
+        # The open tab in words, for the empty list's sentence.
+        "tab_label": state_of(state).label if state else group_label,
+        "marks": MARKS.values(),
         # The page's own filters, for links that keep them ({% querystring filters %}):
         # fragments pushed over the socket are rendered without a request.
         "filters": filters,
-        "tabs": [(s, s.label, counts[s.value]) for s in WORKING + TERMINAL],
+        # The states in their groups, as the tabs show them, with their counts.
+        "tabs": tab_groups,
         "total": total,
         "count_cap": COUNT_CAP,
         # The deployment's agents, not a scan of every run for its agent name.
@@ -132,10 +179,8 @@ def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
 
 def run_matches(run: Run, params) -> bool:
     """Whether a run belongs on a list page opened with ``params`` (for live rows)."""
-    runs, state = _filtered(run.tenant, params)
-    if state:
-        runs = runs.filter(status=state)
-    return runs.filter(pk=run.id).exists()
+    runs, state, group = _filtered(run.tenant, params)
+    return _in_tab(runs, state, group).filter(pk=run.id).exists()
 
 
 class StepTiming(NamedTuple):

@@ -15,6 +15,7 @@ from agentruns.models import Run
 from agentruns.runtime import CancelRefused
 from agentruns.selectors import run_detail_context, run_holder_context, run_list_context
 from agentruns.services import run_cancel, run_wake
+from agentruns.states import state_of
 
 
 def _run_or_404(request: HttpRequest, run_id: uuid.UUID) -> Run:
@@ -73,7 +74,8 @@ def run_cancel_view(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         after={"status": run.status},
         request=request,
     )
-    return _after_action(request, run, f"Cancel requested; the run is now {run.status}.")
+    now = state_of(run.status).label.lower()
+    return _after_action(request, run, f"Cancel requested; the run is now {now}.")
 
 
 @require_POST
@@ -82,9 +84,8 @@ def run_retry_view(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _run_or_404(request, run_id)
     before = {"status": run.status, "next_attempt_at": _iso(run.next_attempt_at)}
     if not run_wake(run.id, by=user_actor(request)):
-        return _after_action(
-            request, run, f"Nothing to retry: the run is {run.status}.", status=409
-        )
+        now = state_of(run.status).label.lower()
+        return _after_action(request, run, f"Nothing to retry: the run is {now}.", status=409)
     run.refresh_from_db()
     audit_record(
         tenant=request.tenant,

@@ -21,6 +21,7 @@ from agentruns.dbclock import DbNow, now_sql
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime import CallInfo, Guard, LookupResult
 from agentruns.services import credential_source, get_registry, run_requeue_settled, step_settle
+from agentruns.states import state_of
 from agentruns.sweeper import SweepPass
 from reconciliation.desk import case_open, lookup_backoff
 from reconciliation.models import (
@@ -279,8 +280,8 @@ def case_choices(case: ReconciliationCase) -> list[Choice]:
             Resolution.CANCEL,
             "It did not happen: cancel the run",
             "The step is marked failed (no effect) and the run is cancelled. It ends "
-            "cancelled_no_effect, or cancelled_after_irreversible_effect when earlier "
-            "effects happened.",
+            f"“{_ends(RunStatus.CANCELLED_NO_EFFECT)}”, or "
+            f"“{_ends(RunStatus.CANCELLED_AFTER_EFFECT)}” when earlier effects happened.",
             seen == Outcome.NOT_FOUND,
             "" if seen == Outcome.NOT_FOUND else "record a lookup showing it did not happen first",
         ),
@@ -291,13 +292,18 @@ def case_choices(case: ReconciliationCase) -> list[Choice]:
             + (
                 f"and the run compensates: {tool.undo.tool} undoes the effects, newest first."
                 if has_undo
-                else "and the run ends failed_after_effect: nothing undoes it automatically."
+                else f"and the run ends “{_ends(RunStatus.FAILED_AFTER_EFFECT)}”: nothing "
+                "undoes it automatically."
             ),
             seen == Outcome.DIFFERENTLY,
             "" if seen == Outcome.DIFFERENTLY else "record what actually happened first",
         ),
     ]
     return choices
+
+
+def _ends(status: RunStatus) -> str:
+    return state_of(status).label
 
 
 def _difference(case: ReconciliationCase, newest: ProviderLookup | None) -> str:

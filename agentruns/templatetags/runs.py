@@ -1,4 +1,5 @@
-"""Display helpers for step payloads: sensitive fields masked, large ones shortened."""
+"""Display helpers: step payloads (sensitive fields masked, large ones shortened), and a
+run's state and marks as badges in words."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 from django import template
 
 from accounts.privacy import mask, mask_text, shown_error
+from agentruns.marks import marks_of
+from agentruns.states import state_of
 
 register = template.Library()
 
@@ -56,3 +59,16 @@ def duration(start, end) -> str:
         return f"{minutes} min {rest} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min"
+
+
+@register.inclusion_tag("agentruns/_badges.html#state")
+def run_state(status: str) -> dict[str, Any]:
+    """A run's state as a badge: its label, its explanation on hover and for screen
+    readers, its raw name in the class (``state-<status>``) for its colour."""
+    return {"state": state_of(status)}
+
+
+@register.inclusion_tag("agentruns/_badges.html#marks")
+def run_marks(run) -> dict[str, Any]:
+    """What happened on the run's way (agentruns.marks), each a link to the runs marked so."""
+    return {"marks": marks_of(run)}

@@ -60,7 +60,9 @@ def test_cancel_by_htmx_returns_the_summary_fragment(operator, harness):
     body = response.content.decode()
     assert response.status_code == 200
     assert body.lstrip().startswith('<section id="run-summary"')
-    assert "cancelled_no_effect" in body
+    assert "the run is now cancelled with no effect." in body
+    assert 'class="state state-cancelled_no_effect"' in body
+    assert ">Cancelled with no effect<" in body
 
 
 def test_cancel_is_refused_while_an_effect_is_unknown(operator, harness, provider):

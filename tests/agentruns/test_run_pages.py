@@ -39,8 +39,8 @@ def test_the_list_shows_the_tenants_runs_by_state(viewer, harness, provider):
     assert f"run-{done.id}" in page and f"run-{waiting.id}" in page
     completed_only = viewer.get("/runs/?state=completed").content.decode()
     assert f"run-{done.id}" in completed_only and f"run-{waiting.id}" not in completed_only
-    assert 'completed <span class="count">1</span>' in page
-    assert 'sleeping <span class="count">1</span>' in page
+    assert 'Completed <span class="count">1</span>' in page
+    assert 'Sleeping <span class="count">1</span>' in page
 
 
 def test_counts_stop_at_the_cap_and_say_so(viewer, harness, monkeypatch):
@@ -50,11 +50,12 @@ def test_counts_stop_at_the_cap_and_say_so(viewer, harness, monkeypatch):
     for _ in range(3):
         harness.start("flow")
     page = viewer.get("/runs/").content.decode()
-    assert 'queued <span class="count">2+</span>' in page
+    assert 'Queued <span class="count">2+</span>' in page
+    assert 'Working <span class="count">2+</span>' in page  # its group says so too
     assert 'All <span class="count">2+</span>' in page
     harness.advance(harness.start("flow"))
     page = viewer.get("/runs/").content.decode()
-    assert 'completed <span class="count">1</span>' in page
+    assert 'Completed <span class="count">1</span>' in page
 
 
 def test_another_tenants_runs_are_invisible(client, harness, other_tenant, make_operator):

@@ -102,7 +102,7 @@ def test_an_approver_approves_a_refund_and_watches_the_run_finish(
     # The run page follows the run live until the refund is sent and it completes.
     card.locator(f"a[href='/runs/{run.id}/']").click()
     summary = page.locator("#run-summary")
-    expect(summary.locator("h1 .state")).to_have_text("completed", timeout=30_000)
+    expect(summary.locator("h1 .state")).to_contain_text("Completed", timeout=30_000)
     expect(summary.locator(".run-approvals")).to_contain_text("consumed")
     expect(page.locator("#timeline")).to_contain_text("issue_refund")
     screenshot("approvals-run-completed")
@@ -183,7 +183,7 @@ def test_the_card_says_what_the_provider_will_refuse_and_offers_no_approve(
     # The run's ending says the refund did not happen, in the list and on its page.
     page.goto(f"{live_server_url}/runs/{run.id}/")
     summary = page.locator("#run-summary")
-    expect(summary.locator("h1")).to_contain_text("completed", timeout=30_000)
+    expect(summary.locator("h1")).to_contain_text("Completed", timeout=30_000)
     expect(summary.locator("h1 .outcome")).to_have_text("· refund refused")
     # Never sent: no call time, only the wait for a person.
     refund_step = page.locator(".step-failed")

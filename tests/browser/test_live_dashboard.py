@@ -40,14 +40,14 @@ def test_an_operator_watches_a_run_complete_and_reads_its_timeline(
     )
     row = page.locator(f"#run-{run.id}")
     expect(row).to_be_visible(timeout=15_000)
-    expect(row.locator(".state")).not_to_have_text("completed")
+    expect(row.locator(".state")).not_to_contain_text("Completed")
     screenshot("runs-working")
-    expect(row.locator(".state")).to_have_text("completed", timeout=30_000)
-    expect(page.locator("#state-tabs")).to_contain_text("completed 1")
+    expect(row.locator(".state")).to_contain_text("Completed", timeout=30_000)
+    expect(page.locator("#state-tabs")).to_contain_text("Completed 1")
     screenshot("runs-completed")
 
     row.locator("a").first.click()
-    expect(page.locator("#run-summary")).to_contain_text("completed")
+    expect(page.locator("#run-summary .state")).to_contain_text("Completed")
     expect(page.locator("#timeline")).to_contain_text("0001.tool.order_status")
     expect(page.locator("#timeline")).to_contain_text("0003.wait.sleep")
     expect(page.locator("#events")).to_contain_text("finished")
@@ -68,7 +68,7 @@ def test_cancel_from_the_detail_page_updates_it_in_place(
     page.goto(f"{live_server_url}/runs/{run.id}/")
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("text=Cancel run")
-    expect(page.locator("#run-summary")).to_contain_text("cancelled_no_effect")
+    expect(page.locator("#run-summary .state")).to_contain_text("Cancelled with no effect")
     # In place: the same page, no navigation; the live push may replace the flash.
     assert page.url == f"{live_server_url}/runs/{run.id}/"
     assert AuditEntry.objects.filter(action="run.cancel", object_id=str(run.id)).exists()

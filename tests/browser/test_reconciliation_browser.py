@@ -165,9 +165,9 @@ def test_a_reconciler_finds_a_refund_did_not_happen_and_it_is_sent_again_once(
     # The run page, open before any worker exists, follows the run live once one does.
     body.locator(f"a[href='/runs/{run.id}/']").click()
     summary = page.locator("#run-summary")
-    expect(summary.locator("h1 .state")).to_have_text("queued")
+    expect(summary.locator("h1 .state")).to_contain_text("Queued")
     request.getfixturevalue("workers")
-    expect(summary.locator("h1 .state")).to_have_text("completed", timeout=30_000)
+    expect(summary.locator("h1 .state")).to_contain_text("Completed", timeout=30_000)
     expect(summary.locator(".run-cases")).to_contain_text("resolved")
     screenshot("reconciliation-run-completed")
 

@@ -306,7 +306,7 @@ def test_it_happened_differently_ends_failed_after_effect_and_says_what_remains(
     )
     choice = {c.resolution: c for c in case_choices(case)}["differently"]
     assert choice.allowed and "5.00 EUR instead of 7.00 EUR" in choice.summary
-    assert "failed_after_effect" in choice.summary
+    assert "Failed after an effect" in choice.summary
     resolve_as_seen(case, reconciler, "differently")
     run.refresh_from_db()
     assert run.status == "failed_after_effect"

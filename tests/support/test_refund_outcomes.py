@@ -47,7 +47,8 @@ def test_a_refused_refund_ends_completed_refund_refused_in_the_list_the_page_and
     assert sandbox.stats()["refunds"]["total"] == 0
 
     page = viewer.get(f"/runs/{run.id}/").content.decode()
-    assert 'completed</span> <span class="outcome">· refund refused</span>' in page
+    assert '>Completed<span class="visually-hidden">' in page
+    assert '</span></span> <span class="outcome">· refund refused</span>' in page
     listed = viewer.get("/runs/").content.decode()
     assert "· refund refused</a>" in listed
     filtered = viewer.get("/runs/?outcome=refund_refused").content.decode()
