@@ -5,11 +5,13 @@ days and 10 steps each (10,000,000 steps), with server-side SQL
 (``INSERT ... SELECT FROM generate_series``), then times the real Django views
 in-process through ``django.test.Client`` as a viewer of the biggest tenant:
 the run list (first page, a page 50 pages deep by the keyset cursor, a page in
-the middle of the tenant's history), every state tab, the search by run id,
-request id, order id and effect key, and the detail page of a run with its
-steps. Prints the median and p95 of each against the target (median < 50 ms),
-and for each page whether the slowest statements the view ran use an index,
-from ``EXPLAIN (ANALYZE, BUFFERS)``; the plan in full for every page that misses.
+the middle of the tenant's history), every state tab and group tab, every mark
+filter (alone and with a tab; the fill marks runs retried, recovered, reconciled,
+approved and compensated in realistic shares), the search by run id, request id,
+order id and effect key, and the detail page of a run with its steps. Prints the
+median and p95 of each against the target (median < 50 ms), and for each page
+whether the slowest statements the view ran use an index, from ``EXPLAIN
+(ANALYZE, BUFFERS)``; the plan in full for every page that misses.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/holdfast_dashboard_bench \\
         .venv/bin/python benchmarks/dashboard.py [--runs N] [--steps-per-run S] [--refill]
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/holdfast_dashboard_bench"
 # Bumped whenever the generated data changes shape, so an old fill is redone.
-FILL_VERSION = 1
+FILL_VERSION = 2
 META_TABLE = "bench_dashboard_fill"
 TENANT_PREFIX = "bench-"
 VIEWER_USERNAME = "dashboard-bench-viewer"
@@ -116,6 +118,10 @@ OLD_MIX = {
     "cancelled_no_effect": 180,
     "cancelled_after_irreversible_effect": 20,
 }
+# Runs marked for what happened on their way (agentruns.marks), in 10,000: retried and
+# approved are common, the others rare; compensated goes with the compensated state
+# and a share of failed_after_effect.
+MARK_SHARES = {"retried": 800, "recovered": 50, "reconciled": 30, "approved": 1500}
 EFFECT_TOOLS = ["issue_refund", "send_email", "create_ticket"]
 READ_TOOLS = ["lookup_order", "get_customer", "search_kb"]
 
@@ -133,6 +139,8 @@ def configure_environment() -> Path:
     os.environ["DJANGO_SECRET_KEY"] = "benchmark-only-not-secret"
     # DEBUG would keep every query in connection.queries and render debug pages.
     os.environ["DJANGO_DEBUG"] = "false"
+    # The test client speaks plain HTTP: without DEBUG every page would be a 301 to https.
+    os.environ["HOLDFAST_SSL_REDIRECT"] = "false"
     import django
 
     django.setup()
@@ -395,7 +403,8 @@ def insert_runs_sql() -> str:
             input_hash, request_id, dedupe_key, status, outcome_detail, output, current_step,
             state_version, lease_owner, lease_expires_at, next_attempt_at, enqueued_at,
             claim_count, cancel_requested_at, cancel_requested_by, steps_used,
-            model_calls_used, tokens_used, cost_micros, created_at, updated_at, finished_at
+            model_calls_used, tokens_used, cost_micros, created_at, updated_at, finished_at,
+            outcome_code, retried, recovered, reconciled, approved_by, compensated
         )
         SELECT
             r.run_id, r.tenant_id,
@@ -435,7 +444,15 @@ def insert_runs_sql() -> str:
             r.created_at,
             r.created_at + make_interval(secs => 2 * %(steps)s + 1),
             CASE WHEN r.status IN {TERMINAL_SQL}
-                 THEN r.created_at + make_interval(secs => 2 * %(steps)s + 1) END
+                 THEN r.created_at + make_interval(secs => 2 * %(steps)s + 1) END,
+            '',
+            {bucket("r.n", 5)} < {MARK_SHARES["retried"]},
+            {bucket("r.n", 6)} < {MARK_SHARES["recovered"]},
+            {bucket("r.n", 7)} < {MARK_SHARES["reconciled"]},
+            CASE WHEN {bucket("r.n", 8)} < {MARK_SHARES["approved"]}
+                  AND r.status <> 'waiting_for_approval' THEN 'user:ann' ELSE '' END,
+            r.status = 'compensated'
+              OR (r.status = 'failed_after_effect' AND {bucket("r.n", 9)} < 3000)
         FROM ({per_run_sql()}) AS r
     """
 
@@ -888,7 +905,9 @@ class Result:
 
 
 def pages(targets: Targets) -> list[Page]:
+    from agentruns.marks import MARKS
     from agentruns.models import RunStatus
+    from agentruns.states import GROUPS
 
     def q(**params: str) -> str:
         return "/runs/?" + urlencode(params)
@@ -903,6 +922,20 @@ def pages(targets: Targets) -> list[Page]:
         ),
     ]
     result += [Page(f"tab {status.value}", q(state=status.value)) for status in RunStatus]
+    result += [Page(f"group {group.slug}", q(group=group.slug)) for group in GROUPS]
+    result += [Page(f"mark {slug}", q(mark=slug)) for slug in MARKS]
+    result += [
+        Page(f"mark {slug} + tab {state}", q(mark=slug, state=state))
+        for slug, state in [
+            ("retried", "completed"),
+            ("recovered", "completed"),
+            ("approved", "failed_after_effect"),
+            ("reconciled", "effect_unknown_reconciliation_required"),
+        ]
+    ]
+    result.append(
+        Page("mark recovered + group needs_person", q(mark="recovered", group="needs_person"))
+    )
     result += [
         Page("search run id", q(q=str(targets.run_id)), run_path),
         Page("search request id", q(q=targets.request_id), run_path),
