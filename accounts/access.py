@@ -29,7 +29,8 @@ def forbidden(request: HttpRequest, reason: str) -> HttpResponse:
 
 
 def operator_required(permission: str) -> Callable:
-    """Let the view run only for a logged-in operator holding ``accounts.<permission>``.
+    """Let the view run only for a logged-in operator holding ``accounts.<permission>``
+    (any operator, whatever their role, when ``permission`` is "").
 
     Sets ``request.tenant``: views read tenant-owned rows through
     ``accounts.services.for_tenant(queryset, request.tenant)`` and nothing else.
@@ -44,7 +45,7 @@ def operator_required(permission: str) -> Callable:
                 operator = request.user.operator
             except ObjectDoesNotExist:
                 return forbidden(request, "Your login is not an operator of any tenant.")
-            if not request.user.has_perm(f"accounts.{permission}"):
+            if permission and not request.user.has_perm(f"accounts.{permission}"):
                 action = PERMISSION_NAMES.get(permission, permission)
                 return forbidden(
                     request,

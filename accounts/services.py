@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import zoneinfo
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from accounts.client_address import client_address
-from accounts.models import ApiToken, AuditEntry, Tenant
+from accounts.models import ApiToken, AuditEntry, Operator, Tenant
 from accounts.privacy import mask
 
 
@@ -114,3 +115,65 @@ def api_token_issue(
             request=request,
         )
     return token, secret
+
+
+TIME_ZONE_ACTION = "operator.time_zone"
+
+
+class TimeZoneRefused(ValueError):
+    """Not a time zone Holdfast knows (the message says what to choose instead)."""
+
+
+def time_zone_names() -> list[str]:
+    """The zones an operator may pick: the IANA names this system's zoneinfo holds."""
+    return sorted(zoneinfo.available_timezones())
+
+
+def time_zone_chosen(operator: Operator) -> bool:
+    """Whether the operator's zone was ever set, by them or from their browser (audited)."""
+    return AuditEntry.objects.filter(
+        tenant_id=operator.tenant_id,
+        object_type="operator",
+        object_id=str(operator.pk),
+        action=TIME_ZONE_ACTION,
+    ).exists()
+
+
+def operator_time_zone_set(
+    *, operator: Operator, time_zone: str, from_browser: bool = False, request=None
+) -> bool:
+    """Show the operator's times in ``time_zone`` from now on, audited; False if nothing changed.
+
+    ``from_browser``: the zone the operator's browser reports, taken only while the
+    operator has never chosen one (the first page they open); a choice always wins.
+    """
+    time_zone = (time_zone or "").strip()
+    if time_zone not in zoneinfo.available_timezones():
+        raise TimeZoneRefused(
+            f"“{time_zone}” is not a time zone Holdfast knows: choose one from the list, "
+            "a region and a city such as Europe/Berlin"
+            if time_zone
+            else "choose a time zone from the list"
+        )
+    with transaction.atomic():
+        # Locked: two first pages opened at once record the browser's zone once.
+        current = Operator.objects.select_for_update().get(pk=operator.pk)
+        chosen = time_zone_chosen(current)
+        if from_browser and chosen:
+            return False
+        if current.time_zone == time_zone and chosen:
+            return False
+        before = current.time_zone
+        Operator.objects.filter(pk=current.pk).update(time_zone=time_zone)
+        audit_record(
+            tenant=current.tenant,
+            actor=user_actor_name(current.user),
+            action=TIME_ZONE_ACTION,
+            object_type="operator",
+            object_id=str(current.pk),
+            before={"time_zone": before},
+            after={"time_zone": time_zone, "source": "browser" if from_browser else "chosen"},
+            request=request,
+        )
+    operator.time_zone = time_zone
+    return True

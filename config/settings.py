@@ -98,6 +98,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "accounts.context_processors.attention",
+                "accounts.context_processors.time_zone_unchosen",
             ],
         },
     },

@@ -12,6 +12,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("audit/", accounts_views.audit_list, name="audit-list"),
+    path("accounts/preferences/", accounts_views.preferences, name="preferences"),
     path("admin/", admin.site.urls),
     # For load balancers, orchestrators and Prometheus: no login (config/health.py).
     path("healthz", health.healthz, name="healthz"),

@@ -111,6 +111,12 @@ RULES: dict[str, Rule] = {
         get=row(LOGIN, 200, 403, 403, 403, 403, 403, 403, 200),
         variants=(PAGE, Variant("by-object", "object={run_id}")),
     ),
+    # An operator's own preferences, whatever their role; an empty form is a 400, "choose a
+    # time zone". Nobody else's can be named (another tenant's operator reaches their own).
+    "preferences": Rule(
+        get=row(LOGIN, 200, 403, 200, 200, 200, 200, 200, 200),
+        post=row(LOGIN, 400, 403, 400, 400, 400, 400, 400, 400),
+    ),
     # --- for load balancers and Prometheus: no session needed, and none honoured
     "healthz": Rule(get=everyone(200)),
     "readyz": Rule(get=everyone(503)),  # no sweeper holds its lease in tests
