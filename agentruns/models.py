@@ -188,6 +188,19 @@ class Run(models.Model):
             models.Index(
                 F("tenant"), KeyTransform("order_id", "input"), name="run_tenant_order_id"
             ),
+            # the overview: a tenant's runs started in a range, counted by agent and state
+            # and their cost summed from the index alone (an index-only scan)
+            models.Index(
+                fields=["tenant", "created_at", "agent_name", "status", "cost_micros"],
+                name="run_tenant_started",
+            ),
+            # the overview: a tenant's runs that ended in a range; only ended runs have
+            # an entry
+            models.Index(
+                fields=["tenant", "finished_at"],
+                condition=Q(finished_at__isnull=False),
+                name="run_tenant_ended",
+            ),
             # run lists filtered by a mark (?mark=retried): a tenant's marked runs in a
             # state, newest first, and the state counts under the filter; only marked
             # runs have an entry

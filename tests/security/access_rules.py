@@ -127,6 +127,8 @@ RULES: dict[str, Rule] = {
     "api-not-found": Rule(get=everyone(404), post=everyone(404), csrf_exempt=API_CSRF, json=True),
     # --- runs
     "run-list": Rule(get=LIST, variants=(PAGE, FRAGMENT, SEARCH)),
+    # The overview's charts (view_runs), and the fragment its page re-reads every 30 s.
+    "overview": Rule(get=LIST, variants=(PAGE, FRAGMENT)),
     "run-detail": Rule(
         get=OBJECT, variants=(PAGE, FRAGMENT, Variant("holder", "part=holder", True))
     ),
