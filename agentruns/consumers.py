@@ -276,11 +276,11 @@ class RunsConsumer(AsyncWebsocketConsumer):
             # been empty, with no table to add a row to).
             return self._list_fragments()
         parts = []
+        perms = PermWrapper(self._viewer())  # a row's checkbox is for who may act on it
         for run in changed:
             if run_matches(run, self.params):
-                parts.append(
-                    render_to_string("agentruns/run_list.html#row", {"run": run, "oob": "true"})
-                )
+                context = {"run": run, "oob": "true", "perms": perms}
+                parts.append(render_to_string("agentruns/run_list.html#row", context))
             else:
                 # It left this tab's state (or never matched): not on this page.
                 parts.append(f'<tr id="run-{run.id}" hx-swap-oob="delete"></tr>')
@@ -290,7 +290,11 @@ class RunsConsumer(AsyncWebsocketConsumer):
         return "".join(parts)
 
     def _list_fragments(self) -> str:
-        context = {**run_list_context(self.operator.tenant, self.params), "oob": True}
+        context = {
+            **run_list_context(self.operator.tenant, self.params),
+            "oob": True,
+            "perms": PermWrapper(self._viewer()),
+        }
         return (
             render_to_string("agentruns/run_list.html#run_table", context)
             + render_to_string("agentruns/run_list.html#tabs", context)

@@ -183,6 +183,13 @@ def run_matches(run: Run, params) -> bool:
     return _in_tab(runs, state, group).filter(pk=run.id).exists()
 
 
+def matching_runs(tenant: Tenant, params) -> QuerySet[Run]:
+    """Every run of the tenant a list page opened with ``params`` shows, on all its
+    pages, newest first (what a bulk action's "all matching" takes)."""
+    runs, state, group = _filtered(tenant, params)
+    return _in_tab(runs, state, group).order_by("-created_at", "-id")
+
+
 class StepTiming(NamedTuple):
     """How long a step's call took, and apart from it how long the step waited and for what.
 

@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "approvals",
     "reconciliation",
     "evidence",
+    "bulk",
     "support",
     "sandbox",
     # The composition root: wires the apps above together (config/wiring.py).

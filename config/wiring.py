@@ -32,6 +32,7 @@ from approvals.gate import DatabaseApprovalGate
 from approvals.live import ApprovalPage, InboxPage
 from approvals.selectors import pending_approval_count
 from approvals.services import approvals_expire_duty, approvals_resume_duty
+from bulk.services import bulk_resume_duty
 from config import logging as log_format
 from config import metrics
 from reconciliation.desk import DatabaseDesk
@@ -50,6 +51,7 @@ SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
     sweeper.Duty("expire approvals past their expiry", approvals_expire_duty),
     sweeper.Duty("sweep reconciliation cases", cases_sweep_duty),
     sweeper.Duty("resume runs whose approval was decided", approvals_resume_duty),
+    sweeper.Duty("hand lost bulk actions to a worker again", bulk_resume_duty),
     sweeper.Duty("report runs nobody is responsible for", sweeper.report_orphans),
 )
 

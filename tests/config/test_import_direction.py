@@ -18,6 +18,7 @@ PACKAGES = (
     "approvals",
     "reconciliation",
     "evidence",
+    "bulk",
     "support",
     "examples",
     "sandbox",
@@ -32,6 +33,8 @@ ALLOWED = {
     "reconciliation": {"accounts", "agentruns"},
     # A run's evidence reads the run, its approvals and its cases together.
     "evidence": {"accounts", "agentruns", "approvals", "reconciliation"},
+    # Cancels or retries many runs through the same service calls as one.
+    "bulk": {"accounts", "agentruns"},
     "support": {"agentruns"},
     "examples": {"agentruns"},
     "sandbox": set(),

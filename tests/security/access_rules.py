@@ -135,6 +135,10 @@ RULES: dict[str, Rule] = {
     "run-cancel": Rule(get=POST_ONLY, post=RUN_ACTION),
     "run-retry": Rule(get=POST_ONLY, post=RUN_ACTION),
     # A run's evidence, as a printable page and a download (view_runs); each is audited.
+    # Bulk actions: an empty form chooses no action (400), past login and permission.
+    "bulk-confirm": Rule(get=POST_ONLY, post=row(LOGIN, 400, 403, 403, 400, 400, 400, 400, 400)),
+    "bulk-start": Rule(get=POST_ONLY, post=row(LOGIN, 400, 403, 403, 400, 400, 400, 400, 400)),
+    "bulk-progress": Rule(get=OBJECT),
     "run-evidence": Rule(get=OBJECT),
     "run-evidence-json": Rule(get=OBJECT),
     # --- approvals: pending, requested by someone else

@@ -37,6 +37,7 @@ from accounts.services import audit_record
 from agentruns import consumers
 from agentruns.models import Run, Step, StepKind, StepStatus
 from approvals.models import Approval
+from bulk.models import BulkAction
 from config.asgi import application
 from reconciliation.models import ReconciliationCase
 from tests.harness import Harness, refused_with
@@ -152,6 +153,7 @@ class World:
     run: Run
     approval: Approval
     case: ReconciliationCase
+    bulk: BulkAction
     sessions: dict[str, str]  # caller -> session key
     tokens: dict[str, str]  # caller -> bearer token
     # Made once: each new Client loads the middleware again, WhiteNoise's scan of
@@ -170,6 +172,7 @@ class World:
             "run_id": self.run.id,
             "approval_id": self.approval.pk,
             "case_id": self.case.pk,
+            "action_id": self.bulk.pk,
             "path": "nothing-here",
             "app_label": "agentruns",
         }
@@ -225,7 +228,7 @@ def _token(user) -> str:
     return ApiToken.issue(owner=user, name="matrix")[1]
 
 
-def _objects(tenant: Tenant) -> tuple[Run, Approval, ReconciliationCase]:
+def _objects(tenant: Tenant) -> tuple[Run, Approval, ReconciliationCase, BulkAction]:
     # Queued, never advanced: the engine refuses to run inside a transaction (on
     # SQLite), and this module's objects live in one.
     run = Harness(tenant).start("flow", {"sleep": 600})
@@ -272,7 +275,8 @@ def _objects(tenant: Tenant) -> tuple[Run, Approval, ReconciliationCase]:
         object_type="run",
         object_id=run.id,
     )
-    return run, approval, case
+    bulk = BulkAction.objects.create(tenant=tenant, kind="cancel", actor="user:requester", total=1)
+    return run, approval, case, bulk
 
 
 @pytest.fixture(scope="module")

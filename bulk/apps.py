@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BulkConfig(AppConfig):
+    name = "bulk"
+    verbose_name = "Bulk actions"
