@@ -12,6 +12,7 @@ amount in its currency, and the resource fingerprint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -26,6 +27,22 @@ from approvals.models import LIVE_STATUSES, Approval, ApprovalAuthority, Approva
 from approvals.policy import approver_problem
 
 PERMISSION = ("accounts", "decide_approvals")
+
+# Called with each approval that waits, when it is written and each time the step
+# asks for it again (so after a crash too): whoever is told must be told once per
+# approval whatever the number of calls. The composition root installs
+# notifications' hook (config/wiring.py); without one nobody is told.
+_requested_hooks: tuple[Callable[[Approval], None], ...] = ()
+
+
+def install_requested_hooks(*hooks: Callable[[Approval], None]) -> None:
+    global _requested_hooks
+    _requested_hooks = hooks
+
+
+def _requested(approval: Approval) -> None:
+    for hook in _requested_hooks:
+        hook(approval)
 
 
 def _approver_still_authorised() -> Exists:
@@ -86,6 +103,8 @@ class DatabaseApprovalGate:
             # Asked again for the same call (a crash after the request was written,
             # a spurious wake-up): the live approval stands.
             if live.args_hash == request.args_hash:
+                if live.is_pending:
+                    _requested(live)
                 return live.pk
             self.invalidate(live.pk, "the step's arguments differ from the approved ones")
         approval = Approval(
@@ -119,6 +138,7 @@ class DatabaseApprovalGate:
                 run_id=request.run_id, step_id=request.step_id, status__in=LIVE_STATUSES
             )
             return live.pk
+        _requested(approval)
         return approval.pk
 
     def consume_guard(

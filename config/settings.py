@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "reconciliation",
     "evidence",
     "bulk",
+    "notifications",
     "support",
     "sandbox",
     # The composition root: wires the apps above together (config/wiring.py).
@@ -282,7 +283,9 @@ Q_CLUSTER = {
 # --- Engine ------------------------------------------------------------------
 HOLDFAST = {
     # Modules whose import registers agents.
-    "AGENT_MODULES": env_list("HOLDFAST_AGENT_MODULES", ["examples.agents", "support.agents"]),
+    "AGENT_MODULES": env_list(
+        "HOLDFAST_AGENT_MODULES", ["examples.agents", "support.agents", "notifications.agents"]
+    ),
     # A lease is short so a dead worker's run is recovered within seconds; a live
     # worker renews it between steps and while a call is within its timeout.
     "LEASE_SECONDS": env_float("HOLDFAST_LEASE_SECONDS", 3.0),
@@ -339,7 +342,14 @@ HOLDFAST_PROVIDER_DEFAULTS = {
     "payments": {"endpoint": "PAYMENTS_API_BASE", "secret": "PAYMENTS_API_KEY"},
     "shop": {"endpoint": "SHOP_API_BASE", "secret": "SHOP_API_KEY"},
     "mail": {"sender": "DEFAULT_FROM_EMAIL"},
+    "webhook": {"endpoint": "HOLDFAST_WEBHOOK_URL"},
 }
+# The default tenant's chat webhook (Slack-compatible) for notifications; none when blank.
+HOLDFAST_WEBHOOK_URL = env_str("HOLDFAST_WEBHOOK_URL", "")
+# Where the links in notifications point: the dashboard's address as people reach it.
+HOLDFAST_BASE_URL = env_str("HOLDFAST_BASE_URL", "http://127.0.0.1:8000")
+# How long an operator's digest period is: one digest email per period that held notices.
+HOLDFAST_DIGEST_SECONDS = env_int("HOLDFAST_DIGEST_SECONDS", 3600)
 # Where a tenant's ``file:<name>`` secret references are read from.
 HOLDFAST_SECRETS_DIR = Path(env_str("HOLDFAST_SECRETS_DIR", str(VAR_DIR / "secrets")))
 

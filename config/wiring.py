@@ -12,7 +12,9 @@ by itself; this module hands each part to the app that uses it:
   the approvals and reconciliation pages it pushes to;
 - the engine's measurements go to Prometheus (``config.metrics``), and the JSON
   log lines read the run and step the engine works on (``config.logging``);
-- failed logins and lockouts go to the audit log (``accounts.logins``).
+- failed logins and lockouts go to the audit log (``accounts.logins``);
+- an approval that waits and a case that opens start a notify run
+  (``notifications.services``): the gate and the desk get the hooks.
 
 ``install()`` runs once per process, from ``HoldfastConfig.ready()``: the web
 process, each worker, the sweeper, every command and the tests alike.
@@ -28,14 +30,15 @@ from accounts.provider_accounts import TenantCredentials
 from agentruns import live, services, sweeper
 from agentruns.runtime import observe
 from agentruns.selectors import run_attention_counts
-from approvals.gate import DatabaseApprovalGate
+from approvals.gate import DatabaseApprovalGate, install_requested_hooks
 from approvals.live import ApprovalPage, InboxPage
 from approvals.selectors import pending_approval_count
 from approvals.services import approvals_expire_duty, approvals_resume_duty
 from bulk.services import bulk_resume_duty
 from config import logging as log_format
 from config import metrics
-from reconciliation.desk import DatabaseDesk
+from notifications.services import approval_notify, case_notify, notifications_duty
+from reconciliation.desk import DatabaseDesk, install_opened_hooks
 from reconciliation.live import CasePage, QueuePage
 from reconciliation.selectors import open_case_count
 from reconciliation.services import cases_sweep_duty
@@ -51,6 +54,7 @@ SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
     sweeper.Duty("expire approvals past their expiry", approvals_expire_duty),
     sweeper.Duty("sweep reconciliation cases", cases_sweep_duty),
     sweeper.Duty("resume runs whose approval was decided", approvals_resume_duty),
+    sweeper.Duty("start missed notifications and due digests", notifications_duty),
     sweeper.Duty("hand lost bulk actions to a worker again", bulk_resume_duty),
     sweeper.Duty("report runs nobody is responsible for", sweeper.report_orphans),
 )
@@ -74,6 +78,8 @@ def install() -> None:
         approvals=DatabaseApprovalGate, desk=DatabaseDesk, credentials=TenantCredentials
     )
     sweeper.install_duties(SWEEPER_DUTIES)
+    install_requested_hooks(approval_notify)
+    install_opened_hooks(case_notify)
     navigation.install_attention(ATTENTION_COUNTERS)
     live.install_live_pages(LIVE_PAGES)
     observe.install_sink(metrics.process_sink())

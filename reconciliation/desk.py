@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -17,6 +18,23 @@ log = logging.getLogger("holdfast.reconciliation")
 
 FIRST_LOOKUP_DELAY = timedelta(seconds=30)
 LONGEST_LOOKUP_DELAY = timedelta(hours=1)
+
+
+# Called with each case that opens (or opens again), and again whenever the desk is
+# asked to open a case that is open already: whoever is told must be told once per
+# opening whatever the number of calls. The composition root installs
+# notifications' hook (config/wiring.py); without one nobody is told.
+_opened_hooks: tuple[Callable[[ReconciliationCase], None], ...] = ()
+
+
+def install_opened_hooks(*hooks: Callable[[ReconciliationCase], None]) -> None:
+    global _opened_hooks
+    _opened_hooks = hooks
+
+
+def _opened(case: ReconciliationCase) -> None:
+    for hook in _opened_hooks:
+        hook(case)
 
 
 def lookup_backoff(failures: int) -> timedelta:
@@ -59,6 +77,9 @@ def case_open(run_id: str, step_pk: int, reason: str) -> ReconciliationCase | No
                 next_lookup_at=(DbNow() + lookup_backoff(0)) if existing.can_look_up else None,
                 lookup_failures=0,
             )
+            existing.refresh_from_db()
+        if existing.status == CaseStatus.OPEN:
+            _opened(existing)
         return existing
     run = Run.objects.get(pk=run_id)
     tool = get_registry().tool_of(run, step.name)
@@ -104,4 +125,5 @@ def case_open(run_id: str, step_pk: int, reason: str) -> ReconciliationCase | No
     except IntegrityError:
         # Opened by another process at the same moment: one case per step.
         return ReconciliationCase.objects.get(step_id=step_pk)
+    _opened(case)
     return case

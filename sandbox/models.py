@@ -201,3 +201,33 @@ class ProviderRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.method} {self.path} -> {self.status or 'dropped'} {self.account or '-'}"
+
+
+class WebhookDelivery(models.Model):
+    """One message an incoming webhook accepted (a chat's "incoming webhook" URL).
+
+    The channel in the URL names where it was posted, like the token in a Slack hook
+    URL. A message posted again with the same ``Idempotency-Key`` is the same
+    delivery: the unique (channel, key) row is the lock, so two sends of one message
+    leave one row, and a sender that lost the reply can look its key up.
+    """
+
+    channel = models.CharField(max_length=100)
+    # Blank when the sender sent none: then every post is a delivery of its own.
+    idempotency_key = models.CharField(max_length=255, blank=True)
+    body = models.JSONField(default=dict)
+    # The signature header the sender computed, as received (blank without one).
+    signature = models.CharField(max_length=200, blank=True)
+    received_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["channel", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="webhook_one_delivery_per_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"webhook {self.channel} key={self.idempotency_key or '-'}"

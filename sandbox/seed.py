@@ -22,6 +22,7 @@ from sandbox.models import (
     PaymentIntent,
     ProviderRequest,
     Refund,
+    WebhookDelivery,
 )
 from sandbox.responses import ApiError
 
@@ -134,6 +135,7 @@ def wipe() -> None:
             MailMessage,
             Fault,
             ProviderRequest,
+            WebhookDelivery,
         ):
             model.objects.using(DB).all().delete()
     clock.reset()

@@ -7,6 +7,8 @@ closes its connections when it is done. Routes:
   /v1/refunds``, ``GET /v1/refunds/<id>``, ``GET /v1/refunds`` (``payment_intent``,
   ``limit``, ``starting_after``, ``ending_before``);
 - ``/shop/orders/<id>``: the shop, a partner API read with the same key;
+- ``/hooks/<channel>``: incoming webhooks (``sandbox.webhooks``), deduplicated by
+  ``Idempotency-Key``, and ``/hooks/<channel>/deliveries/<key>`` to look one up;
 - ``/_sandbox/...``: stats, the request log (``GET /_sandbox/requests?api_key=`` or
   ``?account=``), received mail, faults (HTTP and SMTP), reset and seed (JSON
   ``api_key`` and ``first_number``) and the test clock.
@@ -41,7 +43,17 @@ from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
 from django.db import connections
 
-from sandbox import clock, control, faults, idempotency, payments, requestlog, seed, shop
+from sandbox import (
+    clock,
+    control,
+    faults,
+    idempotency,
+    payments,
+    requestlog,
+    seed,
+    shop,
+    webhooks,
+)
 from sandbox.accounts import account_for
 from sandbox.models import Fault
 from sandbox.responses import ApiError, Response, api_error, json_response, new_id
@@ -186,6 +198,24 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 path,
                 lambda fault: _around(fault, lambda: self._shop(method, path, account)),
             )
+        if path.startswith("/hooks/"):
+            # No API key: like a chat's hook URL, the channel in the address is the secret.
+            return self._with_faults(
+                method, path, lambda fault: _around(fault, lambda: self._hook(method, path, body))
+            )
+        raise _unrecognized(method, path)
+
+    def _hook(self, method: str, path: str, body: bytes) -> Response:
+        parts = [unquote_plus(part) for part in path.strip("/").split("/")]
+        if method == "POST" and len(parts) == 2:
+            return webhooks.deliver(
+                parts[1],
+                body,
+                key=self.headers.get("Idempotency-Key", ""),
+                signature=self.headers.get("X-Holdfast-Signature", ""),
+            )
+        if method == "GET" and len(parts) == 4 and parts[2] == "deliveries":
+            return webhooks.delivery_for(parts[1], parts[3])
         raise _unrecognized(method, path)
 
     def _with_faults(
@@ -326,6 +356,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
             return json_response(200, {"requests": requestlog.recent(account=account)})
         if route == ("GET", "/_sandbox/messages"):
             return json_response(200, {"messages": recent_messages()})
+        if route == ("GET", "/_sandbox/webhooks"):
+            return json_response(200, {"deliveries": webhooks.recent_deliveries()})
         if route == ("GET", "/_sandbox/faults"):
             return json_response(200, {"faults": faults.armed()})
         if route == ("POST", "/_sandbox/faults"):

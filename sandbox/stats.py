@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Count, Sum
 
 from sandbox.models import DB, Fault, IdempotencyRecord, MailMessage, Refund
+from sandbox.webhooks import delivery_stats
 
 
 def effect_stats() -> dict[str, Any]:
@@ -43,6 +44,7 @@ def effect_stats() -> dict[str, Any]:
             },
         },
         "messages": {"total": messages, "by_recipient": dict(sorted(recipients.items()))},
+        "webhooks": delivery_stats(),
         "idempotency_records": IdempotencyRecord.objects.using(DB).count(),
         "faults_armed": Fault.objects.using(DB).filter(remaining__gt=0).count(),
     }

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import smtplib
 import time
 from datetime import timedelta
 from typing import Literal
 
-from django.core.mail import EmailMessage, get_connection
 from pydantic import BaseModel, Field
 
+from agentruns.mail import email_send
 from agentruns.money import format_amount
 from agentruns.runtime import (
     MANUAL,
@@ -210,20 +209,4 @@ class CustomerEmailArgs(BaseModel):
     provider="mail (SMTP)",
 )
 def send_customer_email(request: dict, call: CallInfo) -> dict:
-    account = call.credentials("mail")
-    message = EmailMessage(
-        from_email=account.sender,
-        subject=request["subject"],
-        body=request["body"],
-        to=[request["to"]],
-        headers={"X-Holdfast-Effect-Key": call.effect_key or ""},
-        connection=get_connection(timeout=call.timeout),
-    )
-    try:
-        message.send()
-    except ConnectionRefusedError as error:
-        # Nothing reached the server: not sent, try later.
-        raise ProviderBusy(f"mail server unreachable: {error}", error_class="unreachable") from None
-    except smtplib.SMTPRecipientsRefused as error:
-        raise ToolRefused(f"recipient refused: {error}", error_class="invalid_request") from None
-    return {"to": request["to"], "subject": request["subject"], "accepted": True}
+    return email_send(call, to=request["to"], subject=request["subject"], body=request["body"])

@@ -19,6 +19,7 @@ PACKAGES = (
     "reconciliation",
     "evidence",
     "bulk",
+    "notifications",
     "support",
     "examples",
     "sandbox",
@@ -35,14 +36,16 @@ ALLOWED = {
     "evidence": {"accounts", "agentruns", "approvals", "reconciliation"},
     # Cancels or retries many runs through the same service calls as one.
     "bulk": {"accounts", "agentruns"},
+    # Tells the people who may act on an approval or a case.
+    "notifications": {"accounts", "agentruns", "approvals", "reconciliation"},
     "support": {"agentruns"},
     "examples": {"agentruns"},
     "sandbox": set(),
     "config": set(PACKAGES) - {"config"},
 }
 # An agent is an ordinary user of the runtime: its public surface, the scripted model
-# client, and the one money formatter every amount is shown with.
-AGENT_SURFACE = ("agentruns.runtime", "agentruns.llm.scripted", "agentruns.money")
+# client, the one money formatter every amount is shown with, and the one mail sender.
+AGENT_SURFACE = ("agentruns.runtime", "agentruns.llm.scripted", "agentruns.money", "agentruns.mail")
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:

@@ -21,6 +21,7 @@ CONTROL_ROUTES = [
     ("GET", "/_sandbox/stats"),
     ("GET", "/_sandbox/requests"),
     ("GET", "/_sandbox/messages"),
+    ("GET", "/_sandbox/webhooks"),
     ("GET", "/_sandbox/faults"),
     ("POST", "/_sandbox/faults"),
     ("DELETE", "/_sandbox/faults"),
