@@ -178,7 +178,10 @@ def test_an_unreachable_lookup_leaves_the_effect_unknown(harness, provider):
     assert harness.advance(run) == "suspended:effect_unknown_reconciliation_required"
     step = _charge_step(run)
     assert step.status == "unknown"
-    assert "payments API unreachable" in step.recovery_log[-1]["reason"]
+    # The case's reason is Holdfast's words; the provider client's own are kept apart,
+    # for those who may read them.
+    assert step.recovery_log[-1]["reason"] == "the lookup failed: the provider could not be asked"
+    assert "payments API unreachable" in step.recovery_log[-2]["error"]
     assert provider.effect_count() == 1
 
 
