@@ -27,7 +27,6 @@ MAX_X_LABELS = 6
 TICKS = 4  # y axis ticks above zero
 BAR_ROW = 36  # height of one row of a horizontal bar chart: its name, then its bars
 BAR_THICKNESS = 14
-BAR_TEXT = 170  # room after the longest bar for its values in words
 
 
 @dataclass(frozen=True)
@@ -207,12 +206,13 @@ def stacked_bars(
 
 
 def bar_rows(rows: Sequence[tuple[str, Sequence[Bar]]], *, tones: Sequence[int]) -> BarChart:
-    """One row per name: its name above, its bars below on the chart's one scale.
+    """One row per name: its name and its values in words above, its bars below on the
+    chart's one scale.
 
     A row's bars overlap from the longest (drawn full, lighter) to the shortest (thinner,
-    darker), so p50 reads inside p95; the values are written after the longest."""
+    darker), so p50 reads inside p95."""
     longest = max((bar.value for _, bars in rows for bar in bars), default=0)
-    room = WIDTH - BAR_TEXT
+    room = WIDTH
     chart = BarChart(height=max(BAR_ROW, BAR_ROW * len(rows)) + 2)
     for r, (name, bars) in enumerate(rows):
         y = BAR_ROW * r
@@ -233,14 +233,13 @@ def bar_rows(rows: Sequence[tuple[str, Sequence[Bar]]], *, tones: Sequence[int])
                     f"{name}: {bar.label} {bar.text}",
                 )
             )
-        widest = max((rect.width for rect in rects), default=0)
         words = " · ".join(f"{bar.label} {bar.text}" for bar in bars)
         chart.rows.append(
             BarRow(
                 name,
                 y + 12,
                 rects,
-                [Label(round(widest + 4, 2), y + 16 + BAR_THICKNESS - 2, words)],
+                [Label(WIDTH, y + 12, words)],
             )
         )
     return chart
