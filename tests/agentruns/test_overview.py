@@ -327,6 +327,15 @@ def test_the_page_needs_a_login_and_takes_no_post(client, viewer):
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
 
 
+def test_the_time_of_the_reading_is_in_the_operators_zone_with_utc_on_hover(
+    client, tenant, make_operator
+):
+    client.force_login(make_operator(tenant, "viewer", time_zone="Europe/Paris"))
+    with time_machine.travel(NOW, tick=False):
+        page = client.get("/overview/").content.decode()
+    assert 'title="2026-11-30 15:40:00 UTC">16:40:00 CET</time>' in page
+
+
 def timezone_now() -> datetime:
     from django.utils import timezone
 

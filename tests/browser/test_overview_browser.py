@@ -1,8 +1,10 @@
 """The overview's charts drawn in Chromium: bars and legends with data, a phone's width
-without sideways scrolling, and a run that ends meanwhile counted without a reload."""
+without sideways scrolling, a run that ends meanwhile counted without a reload, and a
+re-read after the session ended taking the page to the login page."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -75,6 +77,10 @@ def test_the_charts_draw_and_follow_a_run_that_ends_meanwhile(
     expect(charts.locator(".started-total")).to_have_text("4", timeout=15_000)
     expect(page.locator("#overview-charts .ended-total")).to_have_text("4")
     assert page.evaluate("window.overviewNotReloaded") is True
+
+    # The session ends: the next re-read takes the page to the login page, not into it.
+    page.context.clear_cookies()
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/overview/"), timeout=15_000)
 
 
 def test_the_charts_fit_a_phone(browser, live_server_url, tenant, make_operator, screenshot):
