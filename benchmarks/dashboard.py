@@ -17,7 +17,7 @@ whether the slowest statements the view ran use an index, from ``EXPLAIN
         .venv/bin/python benchmarks/dashboard.py [--runs N] [--steps-per-run S] [--refill]
 
 The overview (``/overview/``) is timed per range, whole and chart by chart (each
-chart's read in ``agentruns.overview``), against its own target: median < 200 ms.
+chart's read in ``overview.selectors``), against its own target: median < 200 ms.
 
 DATABASE_URL defaults to the URL above; the database's name must contain
 "bench". It is created when missing and migrated. The fill is skipped when the
@@ -65,7 +65,7 @@ HISTORY_DAYS = 90
 # Runs this recent (days) can still be working; older ones are nearly all finished.
 RECENT_DAYS = 2
 TARGET_MS = 50.0
-CHART_TARGET_MS = 200.0  # the overview: each chart's read (agentruns.overview)
+CHART_TARGET_MS = 200.0  # the overview: each chart's read (overview.selectors)
 FILL_TABLES = ("agentruns_run", "agentruns_step", "agentruns_runevent")
 WATCHED_TABLES = ("agentruns_run", "agentruns_step", "agentruns_runevent")
 
@@ -964,7 +964,7 @@ def overview_charts(tenant_id: int, repeat: int) -> list[tuple[str, list[float]]
     from django.core.cache import cache
 
     from accounts.models import Tenant
-    from agentruns import overview
+    from overview import selectors as overview
 
     tenant = Tenant.objects.get(pk=tenant_id)
     timings = []

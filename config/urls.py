@@ -22,6 +22,7 @@ urlpatterns = [
     path("", include("approvals.urls")),
     path("", include("reconciliation.urls")),
     path("", include("evidence.urls")),
+    path("", include("overview.urls")),
     path("", include("bulk.urls")),
     # Last: every other address under /api/ is a JSON 404, never the site's HTML page.
     re_path(r"^api/(?P<path>.*)$", api.not_found, name="api-not-found"),

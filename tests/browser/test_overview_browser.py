@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from agentruns import overview_views
 from agentruns.models import RunStatus
-from tests.agentruns.test_overview import make_run, make_step
+from overview import views as overview_views
+from tests.overview.test_overview import make_run, make_step
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
 

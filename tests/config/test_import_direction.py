@@ -18,6 +18,7 @@ PACKAGES = (
     "approvals",
     "reconciliation",
     "evidence",
+    "overview",
     "bulk",
     "notifications",
     "support",
@@ -34,6 +35,8 @@ ALLOWED = {
     "reconciliation": {"accounts", "agentruns"},
     # A run's evidence reads the run, its approvals and its cases together.
     "evidence": {"accounts", "agentruns", "approvals", "reconciliation"},
+    # The overview draws runs, approvals and cases of a range together.
+    "overview": {"accounts", "agentruns", "approvals", "reconciliation"},
     # Cancels or retries many runs through the same service calls as one.
     "bulk": {"accounts", "agentruns"},
     # Tells the people who may act on an approval or a case.

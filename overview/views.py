@@ -12,32 +12,32 @@ from django.views.decorators.http import require_GET
 
 from accounts.access import operator_required
 from accounts.models import Tenant
-from agentruns import overview
-from agentruns.charts import Bar, Series, bar_rows, stacked_bars
+from overview import selectors
+from overview.charts import Bar, Series, bar_rows, stacked_bars
 
 # Seconds between the page's re-reads of its charts (hx-trigger="every 30s").
 REFRESH_SECONDS = 30
 SMALL_MULTIPLES = 6  # agents drawn each in a chart of its own
 AGENT_TONES = 6  # .tone-5 … .tone-10; more agents share "other agents"
-ENDING_SERIES = [Series(key, label, tone) for tone, (key, label, _) in enumerate(overview.ENDINGS)]
+ENDING_SERIES = [Series(key, label, tone) for tone, (key, label, _) in enumerate(selectors.ENDINGS)]
 
 
 @require_GET
 @operator_required("view_runs")
 def overview_page(request: HttpRequest) -> HttpResponse:
     context = overview_context(request.tenant, request.GET.get("range"))
-    template = "agentruns/overview.html#charts" if request.htmx else "agentruns/overview.html"
+    template = "overview/overview.html#charts" if request.htmx else "overview/overview.html"
     return render(request, template, context)
 
 
 def overview_context(tenant: Tenant, range_key: str | None) -> dict[str, Any]:
     now = timezone.now()
-    window = overview.window_for(range_key, now)
-    counts = overview.run_counts(tenant, window)
+    window = selectors.window_for(range_key, now)
+    counts = selectors.run_counts(tenant, window)
     labels = [_bucket_label(window, at) for at in window.buckets]
     short = [_short_label(window, at) for at in window.buckets]
     return {
-        "ranges": overview.RANGES.values(),
+        "ranges": selectors.RANGES.values(),
         "window": window,
         "now": now,
         "refresh_seconds": REFRESH_SECONDS,
@@ -58,18 +58,18 @@ def overview_context(tenant: Tenant, range_key: str | None) -> dict[str, Any]:
     }
 
 
-def _unit_word(window: overview.Window) -> str:
+def _unit_word(window: selectors.Window) -> str:
     return "hour" if window.unit == "hour" else "day"
 
 
-def _bucket_label(window: overview.Window, at: datetime) -> str:
+def _bucket_label(window: selectors.Window, at: datetime) -> str:
     if window.unit == "hour":
         end = at + timedelta(hours=1)
         return f"{at:%d %b %H:%M} to {end:%H:%M} UTC"
     return f"{at:%a %d %b %Y} (UTC)"
 
 
-def _short_label(window: overview.Window, at: datetime) -> str:
+def _short_label(window: selectors.Window, at: datetime) -> str:
     return f"{at:%H:%M}" if window.unit == "hour" else f"{at:%d %b}"
 
 
@@ -105,7 +105,7 @@ def _run_rows(window, counts, labels) -> list[dict[str, Any]]:
     """The runs chart's numbers, one row per bucket, for its table."""
     rows = []
     for i, label in enumerate(labels):
-        by_ending = {key: 0 for key, _, _ in overview.ENDINGS}
+        by_ending = {key: 0 for key, _, _ in selectors.ENDINGS}
         for (j, _, ending), n in counts.started.items():
             if j == i:
                 by_ending[ending] += n
@@ -113,7 +113,7 @@ def _run_rows(window, counts, labels) -> list[dict[str, Any]]:
             {
                 "label": label,
                 "started": sum(by_ending.values()),
-                "endings": [by_ending[key] for key, _, _ in overview.ENDINGS],
+                "endings": [by_ending[key] for key, _, _ in selectors.ENDINGS],
                 "ended": counts.ended.get(i, 0),
             }
         )
@@ -123,7 +123,7 @@ def _run_rows(window, counts, labels) -> list[dict[str, Any]]:
 def _agent_totals(counts) -> list[dict[str, Any]]:
     totals = []
     for agent in counts.agents:
-        by_ending = {key: 0 for key, _, _ in overview.ENDINGS}
+        by_ending = {key: 0 for key, _, _ in selectors.ENDINGS}
         for (_, name, ending), n in counts.started.items():
             if name == agent:
                 by_ending[ending] += n
@@ -132,8 +132,8 @@ def _agent_totals(counts) -> list[dict[str, Any]]:
             {
                 "agent": agent,
                 "started": sum(by_ending.values()),
-                "endings": [by_ending[key] for key, _, _ in overview.ENDINGS],
-                "cost": overview.usd(cost),
+                "endings": [by_ending[key] for key, _, _ in selectors.ENDINGS],
+                "cost": selectors.usd(cost),
             }
         )
     return totals
@@ -152,7 +152,7 @@ def _cost(window, counts, labels, short) -> dict[str, Any]:
         labels,
         series,
         values,
-        describe=lambda bucket, s, micros: f"{bucket}: {s.label} cost {overview.usd(int(micros))}",
+        describe=lambda bucket, s, micros: f"{bucket}: {s.label} cost {selectors.usd(int(micros))}",
         axis_text=_axis_usd,
         short_labels=short,
         whole=False,
@@ -160,15 +160,15 @@ def _cost(window, counts, labels, short) -> dict[str, Any]:
     rows = [
         {
             "label": label,
-            "costs": [overview.usd(int(values.get((i, s.key), 0))) for s in series],
-            "total": overview.usd(int(sum(values.get((i, s.key), 0) for s in series))),
+            "costs": [selectors.usd(int(values.get((i, s.key), 0))) for s in series],
+            "total": selectors.usd(int(sum(values.get((i, s.key), 0) for s in series))),
         }
         for i, label in enumerate(labels)
     ]
     return {
         "cost_chart": chart,
         "cost_rows": rows,
-        "cost_total": overview.usd(sum(counts.cost.values())),
+        "cost_total": selectors.usd(sum(counts.cost.values())),
     }
 
 
@@ -201,7 +201,7 @@ def duration_text(seconds: float | None) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
-def _durations_chart(rows: list[tuple[str, overview.Durations]]):
+def _durations_chart(rows: list[tuple[str, selectors.Durations]]):
     return bar_rows(
         [
             (
@@ -218,8 +218,8 @@ def _durations_chart(rows: list[tuple[str, overview.Durations]]):
 
 
 def _waits(tenant, window, now) -> dict[str, Any]:
-    waits = overview.approval_waits(tenant, window, now)
-    cases = overview.open_case_ages(tenant, now)
+    waits = selectors.approval_waits(tenant, window, now)
+    cases = selectors.open_case_ages(tenant, now)
     rows = []
     if waits.decided.count:
         rows.append(("approval wait (decided)", waits.decided))
@@ -250,7 +250,7 @@ REPAIR_SERIES = [
 
 
 def _repairs(tenant, window, labels, short) -> dict[str, Any]:
-    found = overview.repairs(tenant, window)
+    found = selectors.repairs(tenant, window)
     values: dict[tuple[int, str], float] = {}
     for i, n in found.recoveries.items():
         values[(i, "recoveries")] = n
@@ -278,7 +278,7 @@ def _repairs(tenant, window, labels, short) -> dict[str, Any]:
 
 
 def _tools(tenant, window) -> dict[str, Any]:
-    times = overview.slowest_tools(tenant, window)
+    times = selectors.slowest_tools(tenant, window)
     return {
         "tool_times": times,
         "tools_chart": _durations_chart(times.tools) if times.tools else None,

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import time_machine
 
-from agentruns import overview
 from agentruns.models import Run, RunStatus, Step
 from approvals.models import Approval, ApprovalStatus
+from overview import selectors
 from reconciliation.models import CaseStatus, ReconciliationCase
 
 pytestmark = pytest.mark.django_db
@@ -103,8 +103,8 @@ def test_runs_started_are_counted_per_hour_stacked_by_how_they_ended(tenant):
     make_run(tenant, at=hour(15), status=RunStatus.WAITING_FOR_APPROVAL)
     make_run(tenant, at=hour(15, 5), status=RunStatus.COMPENSATED, agent="refund_agent")
     make_run(tenant, at=NOW - timedelta(hours=30))  # before the range
-    window = overview.window_for("24h", NOW)
-    counts = overview.run_counts(tenant, window)
+    window = selectors.window_for("24h", NOW)
+    counts = selectors.run_counts(tenant, window)
     i14 = window.buckets.index(hour(14, 0))
     assert counts.started == {
         (i14, "order_support", "completed"): 2,
@@ -123,8 +123,8 @@ def test_runs_are_counted_as_ended_in_the_hour_they_ended(tenant):
     make_run(tenant, at=hour(12), ended=hour(13, 55))
     make_run(tenant, at=hour(12), ended=hour(14, 1))
     make_run(tenant, at=hour(12), status=RunStatus.RUNNING)
-    window = overview.window_for("24h", NOW)
-    counts = overview.run_counts(tenant, window)
+    window = selectors.window_for("24h", NOW)
+    counts = selectors.run_counts(tenant, window)
     i13 = window.buckets.index(hour(13, 0))
     assert counts.ended == {i13: 2, i13 + 1: 1}
 
@@ -135,31 +135,33 @@ def test_cost_is_summed_per_agent_per_day(tenant):
     make_run(tenant, at=today, cost=250_000)
     make_run(tenant, at=today - timedelta(days=1), cost=40_000)
     make_run(tenant, at=today, cost=3_000, agent="refund_agent")
-    window = overview.window_for("7d", NOW)
-    counts = overview.run_counts(tenant, window)
+    window = selectors.window_for("7d", NOW)
+    counts = selectors.run_counts(tenant, window)
     assert counts.cost == {
         (6, "order_support"): 1_500_000,
         (5, "order_support"): 40_000,
         (6, "refund_agent"): 3_000,
     }
-    assert overview.usd(1_500_000) == "1.50 USD"
-    assert overview.usd(3_000) == "0.0030 USD"
-    assert overview.usd(1_234_567_890) == "1,234.57 USD"
+    assert selectors.usd(1_500_000) == "1.50 USD"
+    assert selectors.usd(3_000) == "0.0030 USD"
+    assert selectors.usd(1_234_567_890) == "1,234.57 USD"
 
 
 def test_days_before_today_are_kept_a_minute_and_today_is_always_read(tenant):
-    window = overview.window_for("7d", NOW)
+    window = selectors.window_for("7d", NOW)
     earlier = make_run(tenant, at=NOW - timedelta(days=2), status=RunStatus.SLEEPING)
     with time_machine.travel(NOW, tick=False) as clock:
-        assert overview.run_counts(tenant, window).started == {(4, "order_support", "not_ended"): 1}
+        assert selectors.run_counts(tenant, window).started == {
+            (4, "order_support", "not_ended"): 1
+        }
         make_run(tenant, at=NOW - timedelta(minutes=1))
         Run.objects.filter(pk=earlier.pk).update(status=RunStatus.COMPLETED)
-        assert overview.run_counts(tenant, window).started == {
+        assert selectors.run_counts(tenant, window).started == {
             (4, "order_support", "not_ended"): 1,
             (6, "order_support", "completed"): 1,
         }
-        clock.shift(overview.CLOSED_DAYS_SECONDS + 1)
-        assert overview.run_counts(tenant, window).started == {
+        clock.shift(selectors.CLOSED_DAYS_SECONDS + 1)
+        assert selectors.run_counts(tenant, window).started == {
             (4, "order_support", "completed"): 1,
             (6, "order_support", "completed"): 1,
         }
@@ -171,7 +173,7 @@ def test_approval_wait_percentiles_are_interpolated_as_postgresql_does(tenant):
         make_approval(tenant, run, at=hour(10), waited=waited)
     make_approval(tenant, run, at=NOW - timedelta(days=9), waited=5000)  # before the range
     make_approval(tenant, run, at=NOW - timedelta(minutes=25))  # still waiting
-    waits = overview.approval_waits(tenant, overview.window_for("7d", NOW), NOW)
+    waits = selectors.approval_waits(tenant, selectors.window_for("7d", NOW), NOW)
     assert waits.decided.count == 5
     assert waits.decided.p50 == pytest.approx(30)
     # percentile_cont(0.95): 40 + (100 - 40) * 0.8
@@ -185,7 +187,7 @@ def test_open_cases_are_aged_from_now(tenant):
     for minutes in (10, 20, 30, 60):
         make_case(tenant, opened=NOW - timedelta(minutes=minutes))
     make_case(tenant, opened=NOW - timedelta(days=2), resolved=NOW - timedelta(days=1))
-    ages = overview.open_case_ages(tenant, NOW)
+    ages = selectors.open_case_ages(tenant, NOW)
     assert ages.count == 4
     assert ages.p50 == pytest.approx(25 * 60)
     assert ages.p95 == pytest.approx((30 + 30 * 0.85) * 60)
@@ -201,8 +203,8 @@ def test_recoveries_and_reconciliations_are_counted_per_day(tenant):
     make_case(tenant, opened=NOW - timedelta(days=3), resolved=NOW - timedelta(days=1))
     make_case(tenant, opened=NOW - timedelta(days=3), resolved=NOW - timedelta(hours=1))
     make_case(tenant, opened=NOW - timedelta(hours=2))  # open: not a reconciliation
-    window = overview.window_for("7d", NOW)
-    found = overview.repairs(tenant, window)
+    window = selectors.window_for("7d", NOW)
+    found = selectors.repairs(tenant, window)
     assert found.recoveries == {4: 2}
     assert found.reconciliations == {5: 1, 6: 1}
 
@@ -214,7 +216,7 @@ def test_the_slowest_tools_come_first_with_their_percentiles(tenant):
         make_step(run, 2, name="lookup_order", seconds=0.5)
         make_step(run, 3, name="plan", kind="model", seconds=60)  # a model call, not a tool
         make_step(run, 4, name="send_email")  # still running: no duration yet
-    times = overview.slowest_tools(tenant, overview.window_for("24h", NOW))
+    times = selectors.slowest_tools(tenant, selectors.window_for("24h", NOW))
     names = [name for name, _ in times.tools]
     assert names == ["issue_refund", "lookup_order"]
     refund = times.tools[0][1]
@@ -224,12 +226,12 @@ def test_the_slowest_tools_come_first_with_their_percentiles(tenant):
 
 
 def test_the_slowest_tools_read_the_newest_runs_when_the_range_has_many(tenant, monkeypatch):
-    monkeypatch.setattr(overview, "TOOL_RUNS", 2)
+    monkeypatch.setattr(selectors, "TOOL_RUNS", 2)
     old = make_run(tenant, at=hour(8))
     make_step(old, 1, name="create_ticket", seconds=90)
     for n in range(2):
         make_step(make_run(tenant, at=hour(9, n)), 1, name="issue_refund", seconds=1)
-    times = overview.slowest_tools(tenant, overview.window_for("24h", NOW))
+    times = selectors.slowest_tools(tenant, selectors.window_for("24h", NOW))
     assert [name for name, _ in times.tools] == ["issue_refund"]
     assert times.capped and times.runs_read == 2
 
@@ -240,26 +242,26 @@ def test_another_tenants_rows_are_never_counted(tenant, other_tenant):
     make_approval(other_tenant, theirs, at=hour(10), waited=50)
     make_case(other_tenant, opened=NOW - timedelta(hours=1))
     make_case(other_tenant, opened=NOW - timedelta(days=1), resolved=NOW - timedelta(hours=1))
-    window = overview.window_for("7d", NOW)
-    counts = overview.run_counts(tenant, window)
+    window = selectors.window_for("7d", NOW)
+    counts = selectors.run_counts(tenant, window)
     assert (counts.started, counts.cost, counts.ended) == ({}, {}, {})
-    assert overview.approval_waits(tenant, window, NOW).decided.count == 0
-    assert overview.open_case_ages(tenant, NOW).count == 0
-    assert overview.repairs(tenant, window).total == 0
-    assert overview.slowest_tools(tenant, window).tools == []
+    assert selectors.approval_waits(tenant, window, NOW).decided.count == 0
+    assert selectors.open_case_ages(tenant, NOW).count == 0
+    assert selectors.repairs(tenant, window).total == 0
+    assert selectors.slowest_tools(tenant, window).tools == []
 
 
 def test_ranges_set_their_buckets():
-    assert [len(overview.window_for(key, NOW).buckets) for key in ("24h", "7d", "30d", "90d")] == [
+    assert [len(selectors.window_for(key, NOW).buckets) for key in ("24h", "7d", "30d", "90d")] == [
         24,
         7,
         30,
         90,
     ]
-    week = overview.window_for("7d", NOW)
+    week = selectors.window_for("7d", NOW)
     assert week.start == datetime(2026, 11, 24, tzinfo=UTC)
     assert week.end == datetime(2026, 12, 1, tzinfo=UTC)
-    assert overview.window_for("nonsense", NOW).range.key == overview.DEFAULT_RANGE
+    assert selectors.window_for("nonsense", NOW).range.key == selectors.DEFAULT_RANGE
 
 
 # --- the page ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Chart geometry for server-rendered SVG: numbers in, rectangles and labels out.
 
-Pure functions, no database and no HTML: ``templates/agentruns/overview.html``
+Pure functions, no database: ``templates/overview/overview.html``
 draws what these return inside an SVG whose ``viewBox`` is ``WIDTH`` wide, so a
 chart scales with its column down to a phone's width. Every bar carries the
 sentence its ``<title>`` tooltip shows, and every chart keeps the numbers it was
