@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
+from datetime import UTC
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -28,9 +29,11 @@ from django.db.models import Max
 from django.db.utils import InterfaceError, OperationalError
 from django.http import HttpRequest, QueryDict
 from django.template.loader import render_to_string
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from accounts.models import AuditEntry
+from accounts.middleware import zone_of
+from accounts.models import AuditEntry, Operator
 from accounts.navigation import attention_for
 from agentruns.live import Fresh, Watcher, live_page
 from agentruns.models import Run, RunEvent
@@ -228,7 +231,21 @@ class RunsConsumer(AsyncWebsocketConsumer):
             ]
         )
 
+    def _in_zone(self):
+        """Fragments pushed outside a request show times as the page did: in the
+        operator's time zone as it is now (accounts.middleware)."""
+        operator = Operator.objects.filter(user_id=self.operator.user_id).first()
+        return timezone.override(zone_of(operator) or UTC)
+
     def _snapshot(self) -> str:
+        with self._in_zone():
+            return self._snapshot_fragments()
+
+    def _changes(self) -> str:
+        with self._in_zone():
+            return self._changed_fragments()
+
+    def _snapshot_fragments(self) -> str:
         # Mark what is already in the logs before rendering: anything newer is
         # pushed afterwards, so nothing falls between the snapshot and the logs.
         events = self._events()
@@ -251,7 +268,7 @@ class RunsConsumer(AsyncWebsocketConsumer):
         self.audit_seen.extend(entry[0] for entry in fresh)
         return tuple(entry[1:] for entry in fresh)
 
-    def _changes(self) -> str:
+    def _changed_fragments(self) -> str:
         seen = set(self.seen)
         fresh = [(i, run_id, kind) for i, run_id, kind in self._events() if i not in seen]
         self.seen.extend(i for i, _, _ in fresh)

@@ -332,6 +332,10 @@ def approval_resource_now(approval: Approval, *, fresh: bool = False) -> Resourc
         )
     key = f"approvals:resource-now:{approval.tenant_id}:{approval.tool}:{approval.resource}"
     reading = None if fresh else cache.get(key)
+    if reading is not None and reading.read_at < approval.created_at:
+        # Read before this approval was asked: older than the state it is bound to,
+        # it would show a change backwards (another refund since, on the same payment).
+        reading = None
     if reading is None:
         reading = _read_resource(approval, run, tool)
         cache.set(key, reading, RESOURCE_READ_CACHE_SECONDS)

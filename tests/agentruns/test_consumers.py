@@ -201,3 +201,22 @@ def test_the_run_page_pushes_its_audit_entries(client, tenant, make_operator, ha
         await socket.disconnect()
 
     _run(scenario)
+
+
+def test_pushed_fragments_show_times_in_the_operators_time_zone(
+    client, tenant, make_operator, harness
+):
+    client.force_login(make_operator(tenant, "viewer", time_zone="Asia/Tokyo"))
+    run = harness.start("flow", {"sleep": 600})
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=_headers(client))
+        assert (await socket.connect())[0]
+        snapshot = await socket.receive_from(timeout=5)
+        await database_sync_to_async(harness.advance)(run)
+        pushed = await socket.receive_from(timeout=5)
+        await socket.disconnect()
+        return snapshot + pushed
+
+    pushed = async_to_sync(scenario)()
+    assert "JST" in pushed and " UTC<" not in pushed

@@ -375,3 +375,20 @@ def test_an_inbox_page_asks_the_provider_a_bounded_number_of_times(ann, pending,
         assert "Unchanged since it was asked." in body.content.decode()
     # One reading, shared by every card on the same resource for a few seconds.
     assert reads() - before == 1
+
+
+def test_a_reading_older_than_the_approval_is_never_shown_for_it(ann, pending, world):
+    # A reading of the payment is shared by the cards on it for a few seconds; an
+    # approval asked after it (another refund since) must not be compared with it.
+    body = ann.get(f"/approvals/{pending.pk}/resource/", HTTP_HX_REQUEST="true").content.decode()
+    assert "Unchanged since it was asked." in body
+    world.sandbox.client().v1.refunds.create(
+        params={"payment_intent": world.order["payment_intent"], "amount": 500}
+    )
+    newer = world.start_refund(requested_by="user:requester")
+    assert world.harness.advance(newer) == "suspended:waiting_for_approval"
+    asked = world.waiting_approval(newer)
+    assert asked.resource == pending.resource and asked.resource_state["amount_refunded"] == 500
+    body = ann.get(f"/approvals/{asked.pk}/resource/", HTTP_HX_REQUEST="true").content.decode()
+    assert "Unchanged since it was asked." in body
+    assert "5.00 EUR → 0.00 EUR" not in body

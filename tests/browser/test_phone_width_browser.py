@@ -76,6 +76,15 @@ def pages(world, tenant, make_operator):
         before={"status": "effect_unknown_reconciliation_required", "effect_key": LONG_KEY},
         after={"status": "cancelled_no_effect", "limits": {"eur": 50_000, "usd": [1, 2, 3]}},
     )
+    # A case's audit names actions in one long word.
+    audit_record(
+        tenant=tenant,
+        actor="system",
+        action="case.lookup.automatic",
+        object_type="case",
+        object_id=str(case.pk),
+        after={"outcome": "inconclusive"},
+    )
     return {
         "run list": "/runs/",
         "run page": f"/runs/{run.pk}/",
