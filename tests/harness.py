@@ -5,6 +5,7 @@ on these; no test module imports a conftest.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -307,3 +308,26 @@ async def refused_with(socket) -> tuple[int, str]:
     closed = await socket.receive_output(timeout=5)
     assert closed["type"] == "websocket.close", closed
     return closed["code"], notice
+
+
+# --- a live page's socket, as the page's own browser opens it -------------------------
+
+
+def browser_headers(client) -> list[tuple[bytes, bytes]]:
+    """A websocket handshake from the page's browser: same origin, every cookie the
+    client holds (the session and the CSRF cookie pushed forms are given)."""
+    cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
+    return [(b"origin", b"http://127.0.0.1"), (b"cookie", cookies.encode())]
+
+
+def socket_address(page: str) -> str:
+    """The address a rendered page opens its live socket on (its ws-connect)."""
+    return re.search(r'ws-connect="([^"]+)"', page).group(1).replace("&amp;", "&")
+
+
+async def pushed_until(socket, needle: str, timeout: float = 8.0) -> str:
+    """Messages until one holds ``needle`` (a change may be pushed in several)."""
+    received = ""
+    while needle not in received:
+        received += await socket.receive_from(timeout=timeout)
+    return received

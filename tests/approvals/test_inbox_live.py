@@ -13,26 +13,15 @@ from django.test import Client
 
 from approvals.models import Approval
 from config.asgi import application
-from tests.harness import post_decision, refused_with
+from tests.harness import (
+    browser_headers,
+    post_decision,
+    pushed_until,
+    refused_with,
+    socket_address,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
-
-
-def _headers(client):
-    cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
-    return [(b"origin", b"http://127.0.0.1"), (b"cookie", cookies.encode())]
-
-
-def _seen(page: str) -> str:
-    return re.search(r'ws-connect="([^"]+)"', page).group(1).replace("&amp;", "&")
-
-
-async def _until(socket, needle: str, timeout: float = 8.0) -> str:
-    """Messages until one holds ``needle`` (pushes may come in several)."""
-    received = ""
-    while needle not in received:
-        received += await socket.receive_from(timeout=timeout)
-    return received
 
 
 @pytest.fixture
@@ -46,11 +35,11 @@ def test_a_new_request_appears_and_another_approvers_decision_changes_it_in_plac
     ann, pending, world, other_approver
 ):
     page = ann.get("/approvals/").content.decode()
-    address = _seen(page)
+    address = socket_address(page)
     assert address.startswith("/ws/live/inbox/?seen=")
 
     async def scenario():
-        socket = WebsocketCommunicator(application, address, headers=_headers(ann))
+        socket = WebsocketCommunicator(application, address, headers=browser_headers(ann))
         assert (await socket.connect())[0]
         snapshot = await socket.receive_from(timeout=5)
         # The page is current: only the counts, no card replaced under the reader.
@@ -58,7 +47,7 @@ def test_a_new_request_appears_and_another_approvers_decision_changes_it_in_plac
 
         run = await database_sync_to_async(world.start_refund)(requested_by="user:requester")
         await database_sync_to_async(world.harness.advance)(run)
-        arrived = await _until(socket, 'hx-swap-oob="beforeend:#approval-cards"')
+        arrived = await pushed_until(socket, 'hx-swap-oob="beforeend:#approval-cards"')
         newer = await database_sync_to_async(world.waiting_approval)(run)
         assert f'id="approval-{newer.pk}"' in arrived
         assert 'Waiting <span class="count">2</span>' in arrived
@@ -66,7 +55,7 @@ def test_a_new_request_appears_and_another_approvers_decision_changes_it_in_plac
 
         decided = await database_sync_to_async(post_decision)(other_approver, pending)
         assert decided.status_code in (200, 302)
-        changed = await _until(socket, f'id="approval-{pending.pk}"')
+        changed = await pushed_until(socket, f'id="approval-{pending.pk}"')
         assert "approval-approved" in changed and "<dt>Decided</dt><dd>user:bo" in changed
         assert 'Waiting <span class="count">1</span>' in changed
         await socket.disconnect()
@@ -85,11 +74,11 @@ def test_a_new_request_appears_and_another_approvers_decision_changes_it_in_plac
 
 
 def test_a_page_older_than_the_inbox_is_redrawn_on_connect(ann, pending, world):
-    address = _seen(ann.get("/approvals/").content.decode())
+    address = socket_address(ann.get("/approvals/").content.decode())
     Approval.objects.filter(pk=pending.pk).update(status="expired")
 
     async def scenario():
-        socket = WebsocketCommunicator(application, address, headers=_headers(ann))
+        socket = WebsocketCommunicator(application, address, headers=browser_headers(ann))
         assert (await socket.connect())[0]
         snapshot = await socket.receive_from(timeout=5)
         await socket.disconnect()
@@ -101,16 +90,16 @@ def test_a_page_older_than_the_inbox_is_redrawn_on_connect(ann, pending, world):
 
 def test_an_approvals_page_follows_its_card_and_history(ann, pending, other_approver):
     page = ann.get(f"/approvals/{pending.pk}/").content.decode()
-    address = _seen(page)
+    address = socket_address(page)
     assert address.startswith(f"/ws/live/approval/{pending.pk}/")
 
     async def scenario():
-        socket = WebsocketCommunicator(application, address, headers=_headers(ann))
+        socket = WebsocketCommunicator(application, address, headers=browser_headers(ann))
         assert (await socket.connect())[0]
         snapshot = await socket.receive_from(timeout=5)
         assert "<article" not in snapshot  # current as rendered
         await database_sync_to_async(post_decision)(other_approver, pending, "reject", "no")
-        changed = await _until(socket, "approval.reject")
+        changed = await pushed_until(socket, "approval.reject")
         assert f'id="approval-{pending.pk}"' in changed and "approval-rejected" in changed
         await socket.disconnect()
 
@@ -125,7 +114,7 @@ def test_another_tenants_approval_and_an_unknown_page_are_refused(
 
     async def scenario():
         for address in (f"/ws/live/approval/{pending.pk}/", "/ws/live/nothing/"):
-            socket = WebsocketCommunicator(application, address, headers=_headers(outsider))
+            socket = WebsocketCommunicator(application, address, headers=browser_headers(outsider))
             code, _ = await refused_with(socket)
             assert code == 4404, address
 
