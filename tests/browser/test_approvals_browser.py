@@ -3,6 +3,7 @@ payment changed from outside takes Approve away and is asked again."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -10,6 +11,7 @@ from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from accounts.models import AuditEntry
+from agentruns.models import Run
 from agentruns.services import run_start
 from approvals.models import Approval, ApprovalAuthority
 from tests.harness import SCREENSHOTS
@@ -190,3 +192,46 @@ def test_the_card_says_what_the_provider_will_refuse_and_offers_no_approve(
     expect(refund_step.locator(".waited")).to_contain_text("for approval")
     assert sandbox.stats()["refunds"]["total"] == 0
     screenshot("approvals-refused-run")
+
+
+def test_a_new_request_arrives_and_another_approvers_decision_shows_without_reload(
+    page, browser, live_server_url, sandbox, tenant, make_operator, workers, screenshot
+):
+    """The inbox open, as an approver leaves it: a request arrives as a card, counts
+    and badge agree, and when another approver decides it the card says so in place."""
+    _approver_logged_in(page, live_server_url, tenant, make_operator)
+    expect(page.locator(".empty-state")).to_contain_text("No approvals are waiting")
+    run, _ = run_start(
+        tenant=tenant,
+        agent_name="refund_support",
+        input={"order_id": "ord_1001", "amount": 6000},
+        request_id="browser-live-inbox",
+        requested_by="user:requester",
+    )
+    card = page.locator("article.approval")
+    expect(card).to_have_count(1, timeout=20_000)  # pushed: no reload
+    expect(page.locator("#approval-tabs .count")).to_have_text("1")
+    expect(page.locator("#attention a[href='/approvals/'] .badge")).to_have_text("1")
+    expect(page.locator(".empty-state")).to_have_count(0)
+    expect(card.locator(".resource-now")).to_contain_text("Unchanged since it was asked.")
+
+    # Another approver, in another browser, approves it.
+    make_operator(tenant, "approver", username="bob")
+    other = browser.new_context().new_page()
+    other.goto(f"{live_server_url}/approvals/")
+    other.fill("input[name=username]", "bob")
+    other.fill("input[name=password]", "correct horse battery")
+    other.click("button[type=submit]")
+    other.locator("article.approval button[value=approve]").click()
+    expect(other.locator("article.approval")).to_contain_text("approved")
+    other.context.close()
+
+    # Approved, and soon used by the refund it was for (consumed): in place either way.
+    state = card.locator(".approval-head .state")
+    expect(state).to_have_text(re.compile("approved|consumed"), timeout=10_000)
+    expect(card).to_contain_text("user:bob")
+    expect(page.locator("#approval-tabs .count")).to_have_text("0")
+    # The worker finishes the run: the card's run state follows.
+    expect(card.locator("dl.facts")).to_contain_text("Completed", timeout=30_000)
+    screenshot("approvals-decided-elsewhere")
+    assert Run.objects.get(pk=run.pk).status == "completed"
