@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 from accounts.models import AuditEntry
 from reconciliation.models import ReconciliationCase
+from reconciliation.services import case_lookup_now
 from tests.harness import ORDER, SCREENSHOTS, ReconciliationWorld, refund_harness
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
@@ -184,3 +185,21 @@ def test_a_reconciler_finds_a_refund_did_not_happen_and_it_is_sent_again_once(
         )
     )
     assert actions == {"case.lookup.operator", "case.resolve.retry"}
+
+
+def test_a_case_page_shows_an_automatic_lookup_and_its_settling_live(
+    page, live_server_url, tenant, make_operator, unknown_refund
+):
+    _, case = unknown_refund
+    make_operator(tenant, "reconciler", username="rita")
+    _log_in(page, live_server_url, "rita")
+    page.goto(f"{live_server_url}/reconciliation/{case.pk}/")
+    body = page.locator("#case-body")
+    expect(body.locator(".empty-state")).to_contain_text("Nothing is on record yet.")
+    expect(page.locator("#live")).to_have_class("live on")
+    # The sweeper's automatic lookup, while the page is open: the provider now answers
+    # that nothing was made under the key, conclusively, and the case settles itself.
+    case_lookup_now(case=case, actor="system")
+    expect(body.locator("ol.lookups")).to_contain_text("automatic lookup by system")
+    expect(body.locator("h1 .state")).to_have_text("resolved")
+    expect(body.locator("#case-audit")).to_contain_text("case.")
