@@ -26,6 +26,7 @@ from axes.signals import user_locked_out
 from django.contrib.auth.signals import user_login_failed
 
 from accounts import logins, navigation
+from accounts.live import AuditPage
 from accounts.provider_accounts import TenantCredentials
 from agentruns import live, services, sweeper
 from agentruns.runtime import observe
@@ -66,6 +67,7 @@ ATTENTION_COUNTERS = (run_attention_counts, pending_approval_count, open_case_co
 # The live pages of the apps above agentruns, by the name in their socket's address
 # (ws/live/<name>/): agentruns' socket follows the logs, each page says what to push.
 LIVE_PAGES = {
+    "audit": AuditPage,
     "inbox": InboxPage,
     "approval": ApprovalPage,
     "cases": QueuePage,

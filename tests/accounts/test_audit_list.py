@@ -1,8 +1,14 @@
 from __future__ import annotations
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
 
 from accounts.services import audit_record
+from config.asgi import application
+from tests.harness import browser_headers, pushed_until, refused_with, socket_address
 
 pytestmark = pytest.mark.django_db
 
@@ -54,3 +60,33 @@ def test_the_navigation_counts_what_needs_attention(client, tenant, make_operato
     page = client.get("/runs/").content.decode()
     assert 'Blocked <span class="badge hot">1</span>' in page
     assert "Audit</a>" not in page  # viewers do not read the audit
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_audit_page_is_live_for_who_may_read_it(tenant, make_operator):
+    admin, viewer = Client(), Client()
+    admin.force_login(make_operator(tenant, "admin", username="adele"))
+    viewer.force_login(make_operator(tenant, "viewer", username="vic"))
+    address = socket_address(admin.get("/audit/").content.decode())
+    assert address.startswith("/ws/live/audit/")
+
+    async def scenario():
+        socket = WebsocketCommunicator(application, address, headers=browser_headers(admin))
+        assert (await socket.connect())[0]
+        assert 'id="audit-entries" hx-swap-oob="true"' in await socket.receive_from(timeout=5)
+        await database_sync_to_async(audit_record)(
+            tenant=tenant,
+            actor="user:ann",
+            action="approval.approve",
+            object_type="approval",
+            object_id="7",
+            after={"status": "approved"},
+        )
+        pushed = await pushed_until(socket, "approval.approve")
+        assert "user:ann" in pushed
+        await socket.disconnect()
+        refused = WebsocketCommunicator(application, address, headers=browser_headers(viewer))
+        code, _ = await refused_with(refused)
+        assert code == 4404
+
+    async_to_sync(scenario)()

@@ -193,6 +193,9 @@ SOCKET_RULES: dict[str, dict[str, Cell]] = {
     "ws/runs/<uuid:run_id>/": SOCKET_OBJECT,
     "ws/nav/": SOCKET_LIST,
     # The live pages: a list reads no object id; an object page without one shows nothing.
+    # The audit log: view_audit (the admin role; another tenant's admin reads their own).
+    "ws/live/audit/": row(4401, True, 4403, 4403, 4404, 4404, 4404, 4404, True),
+    "ws/live/audit/<int:object_id>/": row(4401, True, 4403, 4403, 4404, 4404, 4404, 4404, True),
     "ws/live/inbox/": SOCKET_LIST,
     "ws/live/inbox/<int:object_id>/": SOCKET_LIST,
     "ws/live/approval/": NO_PAGE,
@@ -204,6 +207,7 @@ SOCKET_RULES: dict[str, dict[str, Cell]] = {
 }
 # What a live page's <int:object_id> names: an object of the tenant (World.value).
 LIVE_PAGE_OBJECTS = {
+    "audit": "case_id",  # a list: any number
     "inbox": "approval_id",
     "approval": "approval_id",
     "cases": "case_id",
