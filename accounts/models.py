@@ -17,7 +17,9 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     # Per-agent configuration that overrides the agent's own, pinned into every
-    # new run: {"refund_support": {"approvals": {"auto_approve_up_to": 10000}}}.
+    # new run: {"refund_support": {"approvals": {"auto_approve_up_to": {"eur": 10000}}}}.
+    # Edited through the tenant settings form (config/tenant_settings.py), which checks
+    # it against the registered agents' own configuration.
     agent_config = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import zoneinfo
 from typing import Any
 
+from django.contrib.auth import get_user_model, password_validation
+from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
 from django.db import transaction
 from django.utils import timezone
 
@@ -115,6 +119,76 @@ def api_token_issue(
             request=request,
         )
     return token, secret
+
+
+class TenantRefused(ValueError):
+    """A tenant or its first login that cannot be made (the message says why)."""
+
+
+def tenant_create(
+    *,
+    slug: str,
+    name: str,
+    actor: str,
+    admin_username: str = "",
+    admin_email: str = "",
+    admin_password: str = "",
+) -> tuple[Tenant, Any]:
+    """A new tenant, and with ``admin_username`` its first operator in the admin role,
+    all or nothing, each on the new tenant's audit log. Returns (tenant, login or None).
+
+    The login may use the console with every operator permission; it is not staff: the
+    Django admin shows every tenant's records, so it stays the deployment's own.
+    """
+    try:
+        validate_slug(slug)
+    except ValidationError:
+        raise TenantRefused(
+            f"{slug!r} is not a slug: use letters, digits, hyphens and underscores"
+        ) from None
+    if len(slug) > Tenant._meta.get_field("slug").max_length:
+        raise TenantRefused(f"{slug!r} is longer than 64 characters")
+    if Tenant.objects.filter(slug=slug).exists():
+        raise TenantRefused(f"a tenant {slug!r} exists already")
+    User = get_user_model()
+    group = None
+    if admin_username:
+        if User._default_manager.filter(username=admin_username).exists():
+            raise TenantRefused(
+                f"the login {admin_username!r} exists already; a login works for one tenant"
+            )
+        group = Group.objects.filter(name="admin").first()
+        if group is None:
+            raise TenantRefused("there is no admin role: run manage.py migrate first")
+        candidate = User(username=admin_username, email=admin_email)
+        try:
+            password_validation.validate_password(admin_password, candidate)
+        except ValidationError as exc:
+            raise TenantRefused("the password is refused: " + " ".join(exc.messages)) from None
+    with transaction.atomic():
+        tenant = Tenant.objects.create(slug=slug, name=name or slug)
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            action="tenant.create",
+            object_type="tenant",
+            object_id=str(tenant.pk),
+            after={"slug": tenant.slug, "name": tenant.name},
+        )
+        user = None
+        if admin_username:
+            user = User._default_manager.create_user(admin_username, admin_email, admin_password)
+            user.groups.add(group)
+            operator = Operator.objects.create(user=user, tenant=tenant)
+            audit_record(
+                tenant=tenant,
+                actor=actor,
+                action="operator.create",
+                object_type="operator",
+                object_id=str(operator.pk),
+                after={"username": admin_username, "email": admin_email, "roles": ["admin"]},
+            )
+    return tenant, user
 
 
 TIME_ZONE_ACTION = "operator.time_zone"

@@ -116,9 +116,10 @@ def _order_from(request) -> dict[str, Any]:
     scenarios={"refund": refund_scenario},
     budget=Budget(max_steps=30, max_model_calls=10),
     config={
-        # Refunds above this many minor units wait for an approver. A tenant sets
-        # its own amount in Tenant.agent_config; the run pins what applied at start.
-        "approvals": {"enabled": True, "auto_approve_up_to": 5000},
+        # Refunds above these amounts (minor units, per lower-case currency) wait for an
+        # approver; in a currency not named here, every refund does. A tenant sets its
+        # own in its settings (Tenant.agent_config); the run pins what applied at start.
+        "approvals": {"enabled": True, "auto_approve_up_to": {"eur": 5000}},
     },
 )
 def refund_support(ctx, input):

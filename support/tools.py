@@ -83,7 +83,11 @@ def _refund_needs_approval(args: dict, config: dict) -> bool:
     approvals = config.get("approvals", {})
     if not approvals.get("enabled", True):
         return False
-    limit = approvals.get("auto_approve_up_to")
+    limits = approvals.get("auto_approve_up_to")
+    # Per currency: 50.00 EUR says nothing about JPY, so a currency without its own amount
+    # (or with null) always waits for an approver. A run started before amounts were per
+    # currency pinned one bare amount; it keeps what it was started with.
+    limit = limits.get(args["currency"]) if isinstance(limits, dict) else limits
     return limit is None or args["amount"] > limit
 
 

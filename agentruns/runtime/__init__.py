@@ -8,6 +8,7 @@ from agentruns.runtime.admission import (
     DuplicateActiveRun,
     InvalidRunInput,
     RequestConflict,
+    merged_config,
     start_run,
 )
 from agentruns.runtime.approval import (
@@ -94,6 +95,7 @@ __all__ = [
     "derive_terminal_state",
     "idempotent",
     "lookup",
+    "merged_config",
     "run_tool_loop",
     "start_run",
     "tool",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -124,7 +124,7 @@ def _pinned_snapshot(
     """The agent's configuration as this run will see it for its whole life."""
     snapshot = agent.snapshot()
     if config_overrides:
-        snapshot["config"] = _merged(snapshot["config"], config_overrides)
+        snapshot["config"] = merged_config(snapshot["config"], config_overrides)
     scenario = input.get("scenario") or agent.config.get("scenario")
     if agent.model.provider == "scripted" and agent.scenarios:
         if scenario is None and len(agent.scenarios) == 1:
@@ -164,11 +164,13 @@ def _refuse_duplicate(tenant, agent_name: str, dedupe_key: str) -> None:
         ) from None
 
 
-def _merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def merged_config(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent's configuration with a tenant's overrides merged in, key by key, nested:
+    what a run pins."""
     merged = dict(base)
     for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merged_config(merged[key], value)
         else:
             merged[key] = value
     return merged

@@ -17,6 +17,17 @@ def admin_operator(tenant, admin_user):
     return admin_user
 
 
+def _settings(tenant) -> dict[str, str]:
+    # The tenant settings form as it is shown, unchanged (config/tenant_settings.py).
+    return {
+        "slug": tenant.slug,
+        "name": tenant.name,
+        "refund_support__approvals_enabled": "on",
+        "refund_support__auto_approve": "50.00 EUR",
+        "other_settings": "{}",
+    }
+
+
 def _entries(**filters):
     return list(AuditEntry.objects.filter(**filters).order_by("id"))
 
@@ -26,14 +37,16 @@ def test_a_tenant_changed_in_the_admin_is_audited_with_before_and_after(
 ):
     response = admin_client.post(
         f"/admin/accounts/tenant/{tenant.pk}/change/",
-        {"slug": tenant.slug, "name": "Renamed", "agent_config": '{"refund_support": {}}'},
+        {**_settings(tenant), "name": "Renamed", "refund_support__auto_approve": "80.00 EUR"},
     )
     assert response.status_code == 302
     [entry] = _entries(object_type="tenant")
     assert entry.tenant == tenant and entry.action == "admin.change"
     assert entry.actor == "user:admin" and entry.object_id == str(tenant.pk)
     assert entry.before["name"] == "Default" and entry.after["name"] == "Renamed"
-    assert entry.after["agent_config"] == {"refund_support": {}}
+    assert entry.after["agent_config"] == {
+        "refund_support": {"approvals": {"auto_approve_up_to": {"eur": 8000}}}
+    }
     assert entry.remote_addr == "127.0.0.1"
 
 
@@ -85,10 +98,8 @@ def test_an_operator_added_and_deleted_in_the_admin_is_audited(
 
 
 def test_an_unchanged_save_writes_no_entry(admin_client, tenant):
-    admin_client.post(
-        f"/admin/accounts/tenant/{tenant.pk}/change/",
-        {"slug": tenant.slug, "name": tenant.name, "agent_config": "{}"},
-    )
+    response = admin_client.post(f"/admin/accounts/tenant/{tenant.pk}/change/", _settings(tenant))
+    assert response.status_code == 302
     assert _entries() == []
 
 

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 @pytest.fixture
 def approver(tenant, make_operator):
     # Refunds above 10.00 need an approver in these tests.
-    tenant.agent_config = {"refund_support": {"approvals": {"auto_approve_up_to": 1000}}}
+    tenant.agent_config = {"refund_support": {"approvals": {"auto_approve_up_to": {"eur": 1000}}}}
     tenant.save()
     user = make_operator(tenant, "approver", username="ann")
     ApprovalAuthority.objects.create(

@@ -139,7 +139,7 @@ def test_an_email_interrupted_after_acceptance_waits_for_an_operator(world):
 
 def test_a_refund_over_the_approval_limit_waits_for_an_approver(world):
     harness, sandbox, order = world
-    limit = refund_support.config["approvals"]["auto_approve_up_to"]
+    limit = refund_support.config["approvals"]["auto_approve_up_to"]["eur"]
     run = harness.start("refund_support", {"order_id": ORDER, "amount": limit + 1})
     assert harness.advance(run) == "suspended:waiting_for_approval"
     assert _refund_step(run).status == "planned"
@@ -148,12 +148,12 @@ def test_a_refund_over_the_approval_limit_waits_for_an_approver(world):
 
 def test_a_tenant_sets_its_own_auto_approval_amount_pinned_at_start(world, tenant):
     harness, sandbox, order = world
-    tenant.agent_config = {"refund_support": {"approvals": {"auto_approve_up_to": 8000}}}
+    tenant.agent_config = {"refund_support": {"approvals": {"auto_approve_up_to": {"eur": 8000}}}}
     tenant.save()
     run = harness.start("refund_support", {"order_id": ORDER, "amount": 7000})
     assert run.agent_snapshot["config"]["approvals"] == {
         "enabled": True,
-        "auto_approve_up_to": 8000,
+        "auto_approve_up_to": {"eur": 8000},
     }
     # A later change does not reach a started run.
     tenant.agent_config = {}
