@@ -17,11 +17,11 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
 from accounts.admin import TenantAdmin
 from accounts.admin_audit import AuditedAdmin
-from accounts.models import Tenant
+from accounts.models import DEFAULT_TENANT_SLUG, Tenant
 from agentruns.money import format_amount
 from agentruns.services import get_registry
 from config.tenant_settings import approval_field_names, tenant_settings_form
@@ -122,7 +122,11 @@ class TenantSettingsAdmin(TenantAdmin):
         return _linked(
             [f"{a.provider} ({a.endpoint or DEPLOYMENT_ENDPOINT})" for a in accounts],
             reverse("admin:accounts_provideraccount_changelist") + f"?tenant__id__exact={obj.pk}",
-            empty="none: its tools are refused every provider (manage.py setprovideraccount)",
+            empty=(
+                "none of its own: it uses the deployment's settings"
+                if obj.slug == DEFAULT_TENANT_SLUG
+                else "none: its tools are refused every provider (manage.py setprovideraccount)"
+            ),
         )
 
     @admin.display(description="Approval authorities")
@@ -145,7 +149,5 @@ class TenantSettingsAdmin(TenantAdmin):
 
 
 def _linked(lines: list[str], url: str, *, empty: str):
-    listed = format_html_join("", "<li>{}</li>", ((line,) for line in lines))
-    if not lines:
-        return format_html('{} (<a href="{}">manage</a>)', empty, url)
-    return format_html('<ul class="tenant-list">{}</ul><a href="{}">manage</a>', listed, url)
+    text = "; ".join(lines) if lines else empty
+    return format_html('{} (<a href="{}">manage</a>)', text, url)

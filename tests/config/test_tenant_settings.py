@@ -138,7 +138,7 @@ def test_the_page_lists_what_else_the_tenant_has_with_money_in_its_currency(
     )
     ProviderAccount.objects.create(tenant=tenant, provider="payments", secret_ref="env:X")
     page = admin_client.get(_url(tenant)).content.decode()
-    assert "<li>ann</li>" in page
+    assert "ann (<a" in page
     assert "approver: up to 100.00 EUR" in page
     assert "payments (the deployment&#x27;s endpoint)" in page
 
@@ -183,3 +183,13 @@ def test_the_migration_gives_a_bare_amount_its_currency(tenant, other_tenant):
     other_tenant.refresh_from_db()
     assert tenant.agent_config["refund_support"]["approvals"]["auto_approve_up_to"] == {"eur": 8000}
     assert other_tenant.agent_config == {"refund_support": {"approvals": {"enabled": False}}}
+
+
+def test_the_default_tenant_without_accounts_of_its_own_uses_the_deployments(
+    admin_client, tenant, other_tenant
+):
+    assert (
+        "it uses the deployment&#x27;s settings" in admin_client.get(_url(tenant)).content.decode()
+    )
+    other = admin_client.get(_url(other_tenant)).content.decode()
+    assert "none: its tools are refused every provider" in other
