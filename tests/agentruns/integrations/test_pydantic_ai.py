@@ -1,0 +1,231 @@
+"""A Pydantic AI agent on Holdfast: steps, replay, approvals, divergence, output validation."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group
+from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+from agentruns.models import Run, Step
+from agentruns.runtime import Registry, faults
+from agentruns.services import get_registry
+from approvals.models import Approval, ApprovalAuthority
+from approvals.services import approval_decide
+from tests.agentruns.integrations import agents
+from tests.agentruns.integrations.agents import WORLD
+
+# A decision wakes the run through the task queue (its own database on SQLite).
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+@pytest.fixture(autouse=True)
+def world():
+    WORLD.reset()
+    yield WORLD
+    WORLD.reset()
+
+
+def _with(harness, *registered):
+    harness.registry = Registry(list(registered))
+    harness.engine = harness.build()
+    return harness
+
+
+@pytest.fixture
+def refunder(harness):
+    return _with(harness, agents.refunder_agent())
+
+
+@pytest.fixture
+def deployed(settings):
+    """This module's agents among the deployment's own, through which deciding reads an
+    approval's resource (the registry is read once per process, so it is read again)."""
+    settings.HOLDFAST = {
+        **settings.HOLDFAST,
+        "AGENT_MODULES": [*settings.HOLDFAST["AGENT_MODULES"], agents.__name__],
+    }
+    get_registry.cache_clear()
+    yield
+    get_registry.cache_clear()
+
+
+@pytest.fixture
+def approver(tenant, make_operator, deployed):
+    user = make_operator(tenant, "approver", username="ann")
+    ApprovalAuthority.objects.update_or_create(
+        tenant=tenant,
+        group=Group.objects.get(name="approver"),
+        currency="eur",
+        defaults={"max_amount": None},
+    )
+    return user
+
+
+def _decide(run, user, decision, note=""):
+    approval = Approval.objects.get(run_id=run.id, status="pending")
+    return approval_decide(
+        approval=approval,
+        user=user,
+        decision=decision,
+        seen_args_hash=approval.args_hash,
+        note=note,
+    )
+
+
+def test_a_run_completes_with_each_model_request_and_tool_call_a_step(refunder):
+    run = refunder.start("pai_refunder", {"amount": 700})
+    assert refunder.advance(run) == "finished:completed"
+    run.refresh_from_db()
+    assert run.output == {"refund_id": "re_1", "amount": 700}
+    steps = list(run.steps.order_by("seq"))
+    assert [s.step_id for s in steps] == [
+        "0000.model.chat",
+        "0001.tool.lookup_order",
+        "0002.model.chat",
+        "0003.tool.issue_refund",
+        "0004.model.chat",
+    ]
+    assert all(s.status == "succeeded" for s in steps)
+    model = steps[0]
+    assert model.model_provider == "function"
+    assert model.model_id == "function:refund_model:"
+    assert model.input_tokens > 0 and model.output_tokens > 0
+    refund = steps[3]
+    assert refund.request == {"payment_intent": "pi_1", "amount": 700, "currency": "eur"}
+    assert refund.effect_key.startswith("hf_")
+    # The tool read its effect key from current_call() and gave it to the provider.
+    assert WORLD.effects[refund.effect_key]["effect_key"] == refund.effect_key
+    assert refund.provider_reference == "re_1"
+    assert refund.recovery["describe"] == "idempotent(86400s)+lookup"
+    assert run.model_calls_used == 3
+
+
+@pytest.mark.parametrize(
+    ("point", "step_name"),
+    [
+        (faults.BEFORE_STEP_RECORDED, "chat"),
+        (faults.AFTER_CALL_RETURNED, "chat"),
+        (faults.AFTER_RESULT_RECORDED, "chat"),
+        (faults.BEFORE_STEP_RECORDED, "issue_refund"),
+        (faults.AFTER_STEP_RUNNING, "issue_refund"),
+        (faults.AFTER_CALL_RETURNED, "issue_refund"),
+        (faults.AFTER_RESULT_RECORDED, "issue_refund"),
+    ],
+)
+def test_a_worker_killed_at_any_point_leaves_one_refund_and_asks_no_recorded_step_again(
+    refunder, point, step_name
+):
+    run = refunder.start("pai_refunder", {"amount": 700})
+    refunder.interrupt(run, point, step_name)
+    asked_before = dict(WORLD.model_calls)
+    recorded_models = Step.objects.filter(run=run, kind="model", status="succeeded").count()
+    assert refunder.drive(run).status == "completed"
+    assert len(WORLD.effects) == 1
+    (refund,) = WORLD.effects.values()
+    assert refund["amount"] == 700
+    assert Step.objects.get(run=run, name="issue_refund").provider_reference == refund["id"]
+    # Each recorded model step was answered from the record: the model was asked again
+    # only at the position whose answer was lost with the worker.
+    positions = sorted(WORLD.model_calls)
+    for recorded_position in positions[:recorded_models]:
+        assert WORLD.model_calls[recorded_position] == asked_before[recorded_position]
+    assert all(count <= 2 for count in WORLD.model_calls.values())
+    assert sum(WORLD.model_calls.values()) <= 4
+    assert Run.objects.get(pk=run.id).model_calls_used == 3
+
+
+def test_replay_hands_back_recorded_model_responses_and_tool_results(refunder, approver):
+    """A run suspended mid-conversation replays from the top without asking anyone again."""
+    harness = _with(refunder, agents.refunder_agent(approve_always=True))
+    run = harness.start("pai_refunder", {"amount": 700})
+    assert harness.advance(run) == "suspended:waiting_for_approval"
+    assert dict(WORLD.model_calls) == {1: 1, 3: 1}
+    assert WORLD.calls == {"lookup_order": 1}
+    _decide(run, approver, "approve")
+    assert harness.drive(run).status == "completed"
+    assert dict(WORLD.model_calls) == {1: 1, 3: 1, 5: 1}
+    assert WORLD.calls == {"lookup_order": 1, "issue_refund": 1}
+
+
+def test_a_tool_requiring_approval_waits_and_runs_with_exactly_the_approved_arguments(
+    harness, approver
+):
+    harness = _with(harness, agents.refunder_agent(approve_always=True))
+    run = harness.start("pai_refunder", {"amount": 6000})
+    assert harness.advance(run) == "suspended:waiting_for_approval"
+    step = Step.objects.get(run=run, name="issue_refund")
+    assert step.status == "planned" and step.first_sent_at is None
+    approval = Approval.objects.get(run_id=run.id, status="pending")
+    assert approval.args == {"payment_intent": "pi_1", "amount": 6000, "currency": "eur"}
+    assert approval.effect_key == step.effect_key
+    assert approval.preview.startswith("issue_refund(")
+    assert WORLD.calls["issue_refund"] == 0
+    _decide(run, approver, "approve")
+    run = harness.drive(run)
+    assert run.status == "completed"
+    assert WORLD.arguments == [("issue_refund", {"payment_intent": "pi_1", "amount": 6000})]
+    assert Approval.objects.get(pk=approval.pk).status == "consumed"
+    assert run.output == {"refund_id": "re_1", "amount": 6000}
+
+
+def test_a_rejected_approval_reaches_the_model_as_the_tools_refusal(harness, approver):
+    harness = _with(harness, agents.refunder_agent(approve_always=True))
+    run = harness.start("pai_refunder", {"amount": 6000})
+    assert harness.advance(run) == "suspended:waiting_for_approval"
+    _decide(run, approver, "reject", note="the customer already has a voucher")
+    run = harness.drive(run)
+    assert run.status == "completed"
+    assert WORLD.calls["issue_refund"] == 0 and WORLD.effects == {}
+    step = Step.objects.get(run=run, name="issue_refund")
+    assert step.status == "failed" and step.last_error_class == "approval_rejected"
+    told = WORLD.conversations[-1][-1]
+    assert isinstance(told, ModelRequest)
+    (returned,) = [p for p in told.parts if isinstance(p, ToolReturnPart)]
+    assert returned.tool_name == "issue_refund"
+    assert "approval_rejected" in str(returned.content)
+    assert "the customer already has a voucher" in str(returned.content)
+    assert run.output.startswith("no refund: ")
+
+
+def test_a_changed_agent_at_a_recorded_position_blocks_the_run_showing_both_sides(
+    harness, approver
+):
+    harness = _with(harness, agents.refunder_agent(approve_always=True))
+    run = harness.start("pai_refunder", {"amount": 6000})
+    assert harness.advance(run) == "suspended:waiting_for_approval"
+    recorded = Step.objects.get(run=run, seq=0)
+    # The same agent version deployed again with other instructions.
+    harness = _with(
+        harness,
+        agents.refunder_agent(instructions="You refund orders, politely.", approve_always=True),
+    )
+    _decide(run, approver, "approve")
+    assert harness.drive(run).status == "blocked"
+    event = run.events.get(type="blocked")
+    assert "replay diverged at step 0" in event.payload["reason"]
+    sides = event.payload["detail"]
+    assert sides["recorded"]["step_id"] == "0000.model.chat"
+    assert sides["recorded"]["input_hash"] == recorded.input_hash
+    assert sides["requested"]["kind"] == "model"
+    assert sides["requested"]["input_hash"] != recorded.input_hash
+    assert WORLD.calls["issue_refund"] == 0
+    assert sum(WORLD.model_calls.values()) == 2
+
+
+def test_a_structured_output_that_fails_validation_is_recorded_as_such(refunder):
+    WORLD.outputs.extend([{"refund_id": "re_1"}, {"refund_id": "re_1", "amount": "lots"}])
+    run = refunder.start("pai_refunder", {"amount": 700})
+    run = refunder.drive(run)
+    assert run.status == "failed_after_effect"
+    ended = run.events.get(type="finished")
+    assert "output never passed validation" in str(ended.payload)
+    model_steps = list(run.steps.filter(kind="model").order_by("seq"))
+    assert len(model_steps) == 4
+    assert model_steps[2].validation == []
+    (refused,) = model_steps[3].validation
+    assert refused["valid"] is False
+    assert refused["name"].startswith("final_result")
+    assert "amount: Field required" in refused["error"]
+    # What the model was told is what was recorded.
+    retry = WORLD.conversations[-1][-1]
+    assert [p.outcome for p in retry.parts if isinstance(p, ToolReturnPart)] == ["retried"]
