@@ -61,6 +61,7 @@ from pydantic_ai.exceptions import (
     ApprovalRequired,
     CallDeferred,
     ModelAPIError,
+    ModelAuthenticationError,
     ModelRateLimitError,
     ModelRequestRejectedError,
     ModelRetry,
@@ -83,7 +84,12 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 from pydantic_core import to_jsonable_python
 
-from agentruns.llm.base import ModelRateLimited, ModelRequestRejected, ModelUnavailable
+from agentruns.llm.base import (
+    ModelError,
+    ModelRateLimited,
+    ModelRequestRejected,
+    ModelUnavailable,
+)
 from agentruns.runtime import (
     Agent,
     ApprovalPolicy,
@@ -459,13 +465,10 @@ class _HoldfastModel(WrapperModel):
             coroutine = self.wrapped.request(messages, model_settings, model_request_parameters)
             try:
                 response = self._bridge.on_loop(coroutine, timeout)
-            except ModelRateLimitError as exc:
-                raise ModelRateLimited(str(exc), retry_after=_retry_after(exc)) from exc
-            except ModelRequestRejectedError as exc:
-                error_class = "authentication" if _status(exc) in (401, 403) else "invalid_request"
-                raise ModelRequestRejected(str(exc), error_class=error_class) from exc
-            except (ModelAPIError, TimeoutError) as exc:
-                raise ModelUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            except ModelAPIError as exc:
+                raise _model_error(exc) from exc
+            except TimeoutError as exc:
+                raise ModelUnavailable(f"no answer within {timeout:g}s") from exc
             return ModelAnswer(
                 result=ModelMessagesTypeAdapter.dump_python([response], mode="json")[0],
                 model=response.model_name or self.wrapped.model_name,
@@ -555,16 +558,20 @@ def _cost_micros(response: ModelResponse) -> int | None:
     return int(Decimal(price) * 1_000_000)
 
 
-def _status(exc: ModelAPIError) -> int | None:
-    return getattr(exc, "status_code", None)
+# A request the provider refused as such: asking again will not help.
+_REJECTED_STATUSES = frozenset({400, 401, 403, 404, 413, 422})
 
 
-def _retry_after(exc: ModelAPIError) -> float | None:
-    headers = getattr(exc, "headers", None) or {}
-    try:
-        return float(headers["retry-after"])
-    except (KeyError, ValueError):
-        return None
+def _model_error(exc: ModelAPIError) -> ModelError:
+    """Pydantic AI's model error as the engine's, which decides whether to retry (§3.5)."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, ModelRateLimitError) or status == 429:
+        return ModelRateLimited(str(exc), retry_after=exc.retry_after)
+    if isinstance(exc, ModelRequestRejectedError) or status in _REJECTED_STATUSES:
+        authentication = isinstance(exc, ModelAuthenticationError) or status in (401, 403)
+        error_class = "authentication" if authentication else "invalid_request"
+        return ModelRequestRejected(str(exc), error_class=error_class)
+    return ModelUnavailable(f"{type(exc).__name__}: {exc}")
 
 
 # --- tool calls -------------------------------------------------------------------------------

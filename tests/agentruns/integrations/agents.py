@@ -43,6 +43,8 @@ class World:
     conversations: list[list[ModelMessage]] = field(default_factory=list)
     # Outputs the model gives when asked for the final answer, in turn.
     outputs: list[dict] = field(default_factory=list)
+    # Errors the model's provider answers with before answering, in turn.
+    model_errors: list[Exception] = field(default_factory=list)
 
     def reset(self) -> None:
         self.effects.clear()
@@ -51,6 +53,7 @@ class World:
         self.model_calls.clear()
         self.conversations.clear()
         self.outputs.clear()
+        self.model_errors.clear()
 
 
 WORLD = World()
@@ -75,6 +78,8 @@ def refund_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse
     """Look the order up, refund the amount the prompt asks for, answer with the refund."""
     WORLD.model_calls[len(messages)] += 1
     WORLD.conversations.append(list(messages))
+    if WORLD.model_errors:
+        raise WORLD.model_errors.pop(0)
     turn = sum(isinstance(m, ModelResponse) for m in messages)
     prompt = messages[0].parts[-1].content
     amount = int(prompt.rsplit(" ", 1)[-1])

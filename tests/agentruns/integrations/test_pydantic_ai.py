@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import Group
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from agentruns.models import Run, Step
@@ -229,3 +230,26 @@ def test_a_structured_output_that_fails_validation_is_recorded_as_such(refunder)
     # What the model was told is what was recorded.
     retry = WORLD.conversations[-1][-1]
     assert [p.outcome for p in retry.parts if isinstance(p, ToolReturnPart)] == ["retried"]
+
+
+def test_a_rate_limited_model_request_waits_and_is_asked_again(refunder):
+    WORLD.model_errors.append(ModelHTTPError(429, "refund_model", headers={"Retry-After": "7"}))
+    run = refunder.start("pai_refunder", {"amount": 700})
+    assert refunder.advance(run) == "suspended:waiting_for_retry"
+    step = Step.objects.get(run=run, seq=0)
+    assert step.status == "planned"
+    assert step.last_error_class == "rate_limited"
+    assert step.provider_retry_after == 7
+    assert refunder.drive(run).status == "completed"
+    step.refresh_from_db()
+    assert step.status == "succeeded" and step.attempts == 2
+    assert WORLD.model_calls[1] == 2
+
+
+def test_a_model_request_refused_for_its_key_fails_the_run_without_asking_again(refunder):
+    WORLD.model_errors.append(ModelHTTPError(401, "refund_model", body={"error": "bad key"}))
+    run = refunder.drive(refunder.start("pai_refunder", {"amount": 700}))
+    assert run.status == "failed_before_effect"
+    step = Step.objects.get(run=run, seq=0)
+    assert step.status == "failed" and step.last_error_class == "authentication"
+    assert WORLD.model_calls[1] == 1 and WORLD.calls == {}
