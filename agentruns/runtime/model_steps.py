@@ -55,7 +55,7 @@ def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> Model
         "temperature": temperature,
     }
     input_hash = content_hash(step_input)
-    seq, step_id, recorded = claim.position(StepKind.MODEL, "chat", input_hash)
+    seq, step_id, recorded = claim.position(StepKind.MODEL, "chat", input_hash, input=step_input)
     if recorded is not None and recorded.status == StepStatus.SUCCEEDED:
         # The accepted output is reused; the model is never asked twice.
         return ModelResponse.from_recorded(load_result(recorded), step_id)
@@ -141,7 +141,7 @@ def model_exchange(
         "request": request,
     }
     input_hash = content_hash(step_input)
-    seq, step_id, recorded = claim.position(StepKind.MODEL, "chat", input_hash)
+    seq, step_id, recorded = claim.position(StepKind.MODEL, "chat", input_hash, input=step_input)
     if recorded is not None and recorded.status == StepStatus.SUCCEEDED:
         return load_result(recorded)
     if recorded is not None and recorded.status == StepStatus.FAILED:

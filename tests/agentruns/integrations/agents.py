@@ -26,7 +26,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from agentruns.integrations.pydantic_ai import current_call, durable, holdfast_agent
-from agentruns.runtime import READ_ONLY, LookupResult, idempotent
+from agentruns.runtime import READ_ONLY, CallInfo, LookupResult, Undo, idempotent, tool
 
 ORDER = {"id": "o-1", "amount": 8000, "currency": "eur", "payment_intent": "pi_1"}
 
@@ -113,7 +113,34 @@ def refund_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse
     return ModelResponse(parts=[TextPart(f"no refund: {last.content}")])
 
 
-def make_refunder(instructions: str = "You refund orders.", *, approve_always: bool = False):
+class CancelRefundArgs(BaseModel):
+    refund_id: str
+
+
+@tool(
+    name="cancel_refund",
+    args=CancelRefundArgs,
+    description="Cancel a refund that was issued.",
+    recovery=idempotent(timedelta(hours=24)),
+)
+def cancel_refund(request: dict, call: CallInfo) -> dict:
+    """The undo of issue_refund: a Holdfast tool, since a compensation runs after the loop."""
+    WORLD.calls["cancel_refund"] += 1
+    for refund in WORLD.effects.values():
+        if refund["id"] == request["refund_id"]:
+            refund["cancelled"] = True
+    return {"id": request["refund_id"], "cancelled": True}
+
+
+UNDO_REFUND = Undo(tool="cancel_refund", args=lambda args, result: {"refund_id": result["id"]})
+
+
+def make_refunder(
+    instructions: str = "You refund orders.",
+    *,
+    approve_always: bool = False,
+    undo: Undo | None = None,
+):
     refunder = Agent(
         FunctionModel(refund_model),
         instructions=instructions,
@@ -135,7 +162,7 @@ def make_refunder(instructions: str = "You refund orders.", *, approve_always: b
         return LookupResult("found", found, conclusive=True)
 
     @refunder.tool_plain(requires_approval=approve_always)
-    @durable(recovery=idempotent(timedelta(hours=24), lookup=True), lookup=find_refund)
+    @durable(recovery=idempotent(timedelta(hours=24), lookup=True), lookup=find_refund, undo=undo)
     async def issue_refund(payment_intent: str, amount: int, currency: str) -> dict:
         """Refund part of a payment, in minor units."""
         call = current_call()
@@ -162,7 +189,10 @@ def _prompt(input: dict[str, Any]) -> str:
 
 
 def refunder_agent(*, name: str = "pai_refunder", **options) -> Any:
-    return holdfast_agent(make_refunder(**options), name=name, version=1, prompt=_prompt)
+    undoes = [cancel_refund] if options.get("undo") else []
+    return holdfast_agent(
+        make_refunder(**options), name=name, version=1, prompt=_prompt, tools=undoes
+    )
 
 
 # The deployment's registry (HOLDFAST["AGENT_MODULES"]) reads an approval's resource

@@ -202,13 +202,22 @@ def test_a_changed_agent_at_a_recorded_position_blocks_the_run_showing_both_side
     )
     _decide(run, approver, "approve")
     assert harness.drive(run).status == "blocked"
-    event = run.events.get(type="blocked")
-    assert "replay diverged at step 0" in event.payload["reason"]
-    sides = event.payload["detail"]
+    run.refresh_from_db()
+    assert run.outcome_detail == (
+        "replay diverged at step 0: recorded 0000.model.chat, "
+        "code now asks for 0000.model.chat with other input"
+    )
+    sides = run.events.get(type="blocked").payload["detail"]
     assert sides["recorded"]["step_id"] == "0000.model.chat"
     assert sides["recorded"]["input_hash"] == recorded.input_hash
     assert sides["requested"]["kind"] == "model"
     assert sides["requested"]["input_hash"] != recorded.input_hash
+    # Both conversations, side by side: the instructions are what changed.
+    instructions = [
+        side["input"]["request"]["messages"][0]["instructions"]
+        for side in (sides["recorded"], sides["requested"])
+    ]
+    assert instructions == ["You refund orders.", "You refund orders, politely."]
     assert WORLD.calls["issue_refund"] == 0
     assert sum(WORLD.model_calls.values()) == 2
 
@@ -253,3 +262,16 @@ def test_a_model_request_refused_for_its_key_fails_the_run_without_asking_again(
     step = Step.objects.get(run=run, seq=0)
     assert step.status == "failed" and step.last_error_class == "authentication"
     assert WORLD.model_calls[1] == 1 and WORLD.calls == {}
+
+
+def test_a_failed_run_undoes_its_refund_with_the_holdfast_tool_its_declaration_names(harness):
+    harness = _with(harness, agents.refunder_agent(undo=agents.UNDO_REFUND))
+    WORLD.outputs.extend([{"refund_id": "re_1"}, {"refund_id": "re_1", "amount": "lots"}])
+    run = harness.drive(harness.start("pai_refunder", {"amount": 700}))
+    assert run.status == "compensated"
+    (refund,) = WORLD.effects.values()
+    assert refund["cancelled"] is True
+    undo = Step.objects.get(run=run, kind="compensation")
+    assert undo.name == "cancel_refund" and undo.status == "succeeded"
+    assert undo.input == {"refund_id": "re_1"}
+    assert WORLD.calls["cancel_refund"] == 1
