@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.contrib.auth.models import Group
 from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.usage import RequestUsage
 
+from agentruns.integrations.pydantic_ai import holdfast_agent
 from agentruns.models import Run, Step
 from agentruns.runtime import Registry, faults
 from agentruns.services import get_registry
@@ -275,3 +280,33 @@ def test_a_failed_run_undoes_its_refund_with_the_holdfast_tool_its_declaration_n
     assert undo.name == "cancel_refund" and undo.status == "succeeded"
     assert undo.input == {"refund_id": "re_1"}
     assert WORLD.calls["cancel_refund"] == 1
+
+
+def test_a_known_models_cost_comes_from_pydantic_ais_prices_and_the_page_shows_it(
+    harness, client, tenant, make_operator
+):
+    priced = holdfast_agent(
+        agents.make_refunder(),
+        name="pai_refunder",
+        version=1,
+        model=FunctionModel(agents.refund_model, model_name="gpt-4o"),
+        prompt=lambda input: f"Refund order o-1 by {input['amount']}",
+    )
+    harness = _with(harness, priced)
+    run = harness.drive(harness.start("pai_refunder", {"amount": 700}))
+    assert run.status == "completed"
+    steps = list(run.steps.filter(kind="model").order_by("seq"))
+    for step in steps:
+        usage = RequestUsage(input_tokens=step.input_tokens, output_tokens=step.output_tokens)
+        price = ModelResponse(parts=[], model_name="gpt-4o", usage=usage).cost().total_price
+        assert step.cost_micros == int(Decimal(price) * 1_000_000) > 0
+        assert (step.model_provider, step.model_id) == ("function", "gpt-4o")
+    assert run.cost_micros == sum(step.cost_micros for step in steps)
+    client.force_login(make_operator(tenant, "viewer"))
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    first = steps[0]
+    assert (
+        f"function gpt-4o · prompt pydantic-ai:pai_refunder:1 · tools "
+        f"{first.tool_schema_version[:12]} · {first.input_tokens}+{first.output_tokens} "
+        f"tokens · {first.cost_micros} µ$"
+    ) in page
