@@ -6,14 +6,27 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import Group
-from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import ModelHTTPError, ModelRetry
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.toolsets import ExternalToolset
 from pydantic_ai.usage import RequestUsage
 
-from agentruns.integrations.pydantic_ai import holdfast_agent
+from agentruns.integrations.pydantic_ai import (
+    PydanticAIAgentError,
+    current_call,
+    durable,
+    holdfast_agent,
+)
 from agentruns.models import Run, Step
-from agentruns.runtime import Registry, faults
+from agentruns.runtime import READ_ONLY, Registry, faults
 from agentruns.services import get_registry
 from approvals.models import Approval, ApprovalAuthority
 from approvals.services import approval_decide
@@ -310,3 +323,77 @@ def test_a_known_models_cost_comes_from_pydantic_ais_prices_and_the_page_shows_i
         f"{first.tool_schema_version[:12]} · {first.input_tokens}+{first.output_tokens} "
         f"tokens · {first.cost_micros} µ$"
     ) in page
+
+
+def test_a_tool_without_a_recovery_declaration_is_refused_at_registration():
+    undeclared = Agent(FunctionModel(agents.refund_model))
+
+    @undeclared.tool_plain
+    def charge(amount: int) -> dict:
+        return {"charged": amount}
+
+    with pytest.raises(PydanticAIAgentError, match=r"tool 'charge' has no recovery declaration"):
+        holdfast_agent(undeclared, name="undeclared", version=1)
+
+
+def test_tools_holdfast_cannot_declare_at_registration_are_refused():
+    deferred = Agent(FunctionModel(agents.refund_model), toolsets=[ExternalToolset([])])
+    with pytest.raises(PydanticAIAgentError, match="is not a function toolset"):
+        holdfast_agent(deferred, name="deferred", version=1)
+
+
+def test_an_agent_without_a_model_is_refused_at_registration():
+    with pytest.raises(PydanticAIAgentError, match="names no model"):
+        holdfast_agent(Agent(), name="modelless", version=1)
+
+
+def test_the_call_is_known_only_inside_a_tool_call_holdfast_runs():
+    with pytest.raises(RuntimeError, match="only known inside a tool call"):
+        current_call()
+
+
+def test_a_tool_asking_the_model_to_retry_is_recorded_as_its_refusal(harness):
+    def finder_model(messages, info):
+        returns = [
+            part
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("find_order", {"order_id": "1001"}, "a")])
+        if returns[-1].outcome == "retried":
+            return ModelResponse(parts=[ToolCallPart("find_order", {"order_id": "o-1"}, "b")])
+        return ModelResponse(parts=[TextPart(f"found {returns[-1].content['id']}")])
+
+    finder = Agent(FunctionModel(finder_model))
+
+    @finder.tool_plain
+    @durable(recovery=READ_ONLY)
+    def find_order(order_id: str) -> dict:
+        """Find an order by its id."""
+        if not order_id.startswith("o-"):
+            raise ModelRetry(f"no order {order_id}: order ids look like o-1")
+        return {"id": order_id}
+
+    harness = _with(harness, holdfast_agent(finder, name="finder", version=1))
+    run = harness.drive(harness.start("finder", {"prompt": "Find order 1001"}))
+    assert run.status == "completed" and run.output == "found o-1"
+    steps = list(run.steps.order_by("seq"))
+    assert [(s.step_id, s.status) for s in steps] == [
+        ("0000.model.chat", "succeeded"),
+        ("0001.tool.find_order", "failed"),
+        ("0002.model.chat", "succeeded"),
+        ("0003.tool.find_order", "succeeded"),
+        ("0004.model.chat", "succeeded"),
+    ]
+    assert steps[1].last_error_class == "model_retry"
+    assert steps[1].last_error == "no order 1001: order ids look like o-1"
+    assert steps[2].validation == [
+        {
+            "name": "find_order (previous answer)",
+            "valid": False,
+            "error": "no order 1001: order ids look like o-1",
+        }
+    ]
