@@ -5,7 +5,9 @@ random draw and wait goes through the context, which records it as a step; on
 replay a recorded step returns its recorded result without running again. So:
 
 - never read the clock, draw random numbers, or call a provider directly;
-  use ``ctx.now()``, ``ctx.random()``, ``ctx.tool()``, ``ctx.model()``;
+  use ``ctx.now()``, ``ctx.random()``, ``ctx.tool()``, ``ctx.model()`` (an
+  integration whose framework brings its own model client calls it through
+  ``ctx.model_exchange()``, which records it the same way);
 - read configuration from ``ctx.config``, never from settings or the
   environment: it is pinned to the run when it starts;
 - never sleep; ``ctx.sleep()`` suspends the run and a sweeper wakes it;

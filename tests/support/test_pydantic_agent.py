@@ -98,3 +98,15 @@ def test_a_refund_over_the_limit_waits_for_an_approver_as_the_native_agents_does
     refund = Step.objects.get(run=run, name="issue_refund")
     refund_at_provider = sandbox.client().v1.refunds.retrieve(refund.provider_reference)
     assert refund_at_provider.metadata["holdfast_approval_id"] == str(approval.id)
+
+
+def test_an_order_the_shop_does_not_know_ends_with_nothing_to_refund(world):
+    harness, sandbox, _ = world
+    run = harness.drive(harness.start(TWIN, {"order_id": "ord_4040"}))
+    assert run.status == "completed"
+    assert run.outcome_code == "nothing_to_refund"
+    assert run.output.startswith("I could not find that order: ")
+    lookup = Step.objects.get(run=run, name="lookup_order")
+    assert lookup.status == "failed"
+    assert not Step.objects.filter(run=run, name="issue_refund").exists()
+    assert sandbox.stats()["refunds"]["total"] == 0
