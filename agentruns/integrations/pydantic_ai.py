@@ -549,13 +549,16 @@ def _problems(content: Any) -> str:
 
 
 def _cost_micros(response: ModelResponse) -> int | None:
-    """The response's cost in USD millionths from Pydantic AI's price data, or None when
-    it does not know the model (the agent's pinned pricing applies)."""
-    try:
-        price = response.cost().total_price
-    except (LookupError, ValueError, AssertionError):
-        return None
-    return int(Decimal(price) * 1_000_000)
+    """The response's cost in USD millionths: the cost its usage carries (what the provider
+    reported, where it reports one), else Pydantic AI's price data for the model; None when
+    neither knows it (the agent's pinned pricing applies)."""
+    cost = response.usage.cost
+    if cost is None:
+        try:
+            cost = response.cost().total_price
+        except (LookupError, ValueError, AssertionError):
+            return None
+    return int(Decimal(cost) * 1_000_000)
 
 
 # A request the provider refused as such: asking again will not help.
