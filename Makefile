@@ -25,8 +25,10 @@ UV_COMPILE = $(CURDIR)/$(BIN)/uv pip compile pyproject.toml --quiet --universal 
 	--python-version 3.11 --generate-hashes --custom-compile-command 'make lock' $(LOCK_ARGS)
 # The locks of the pyproject.toml in directory $(1), into $(1)/requirements/: dev.txt is held
 # to base.txt's versions, so the suite tests what a deployment runs.
+# base.txt carries the pydantic-ai extra: the agents a deployment registers by default include
+# support.pydantic_agent, the refund agent's Pydantic AI twin (README, Pydantic AI agents).
 define compile_locks
-	cd $(1) && $(UV_COMPILE) -o $(LOCK_BASE)
+	cd $(1) && $(UV_COMPILE) --extra pydantic-ai -o $(LOCK_BASE)
 	cd $(1) && $(UV_COMPILE) --extra dev -c $(LOCK_BASE) -o $(LOCK_DEV)
 endef
 

@@ -284,7 +284,8 @@ Q_CLUSTER = {
 HOLDFAST = {
     # Modules whose import registers agents.
     "AGENT_MODULES": env_list(
-        "HOLDFAST_AGENT_MODULES", ["examples.agents", "support.agents", "notifications.agents"]
+        "HOLDFAST_AGENT_MODULES",
+        ["examples.agents", "support.agents", "support.pydantic_agent", "notifications.agents"],
     ),
     # A lease is short so a dead worker's run is recovered within seconds; a live
     # worker renews it between steps and while a call is within its timeout.

@@ -26,6 +26,7 @@ from agentruns.runtime.desk import NoDesk, ReconciliationDesk
 from agentruns.runtime.effects import canonical_json, content_hash
 from agentruns.runtime.engine import CancelRefused, Engine, EngineSettings
 from agentruns.runtime.faults import FaultPoints
+from agentruns.runtime.model_steps import ModelAnswer
 from agentruns.runtime.outcomes import EffectFact, Ending, derive_terminal_state
 from agentruns.runtime.registry import Agent, Budget, ModelSpec, Registry, agent
 from agentruns.runtime.responses import ModelResponse, ModelToolCall, tool_message
@@ -71,6 +72,7 @@ __all__ = [
     "Guard",
     "InvalidRunInput",
     "LookupResult",
+    "ModelAnswer",
     "ModelResponse",
     "ModelSpec",
     "ModelToolCall",

@@ -168,8 +168,14 @@ class Claim:
 
     # --- step identity --------------------------------------------------------------
 
-    def position(self, kind: str, name: str, input_hash: str) -> tuple[int, str, Step | None]:
-        """Take the next position; return it, its step id and the step recorded there."""
+    def position(
+        self, kind: str, name: str, input_hash: str, *, input: Any = None
+    ) -> tuple[int, str, Step | None]:
+        """Take the next position; return it, its step id and the step recorded there.
+
+        ``input`` (what ``input_hash`` hashes) is shown beside the recorded step's
+        input when the two differ, so the divergence shows both sides.
+        """
         seq = self.next_seq
         self.next_seq += 1
         step_id = f"{seq:04d}.{kind}.{name}"
@@ -177,13 +183,16 @@ class Claim:
         if recorded is not None and (
             recorded.kind != kind or recorded.name != name or recorded.input_hash != input_hash
         ):
+            asked = {"seq": seq, "kind": kind, "name": name, "input_hash": input_hash}
+            was = describe(recorded)
+            if input is not None:
+                asked["input"] = json_safe(input)
+                was["input"] = recorded.input
+            same_call = recorded.kind == kind and recorded.name == name
             raise Divergence(
                 f"replay diverged at step {seq}: recorded {recorded.step_id}, "
-                f"code now asks for {step_id}",
-                {
-                    "recorded": describe(recorded),
-                    "requested": {"seq": seq, "kind": kind, "name": name, "input_hash": input_hash},
-                },
+                f"code now asks for {step_id}{' with other input' if same_call else ''}",
+                {"recorded": was, "requested": asked},
             )
         return seq, step_id, recorded
 

@@ -5,7 +5,9 @@ random draw and wait goes through the context, which records it as a step; on
 replay a recorded step returns its recorded result without running again. So:
 
 - never read the clock, draw random numbers, or call a provider directly;
-  use ``ctx.now()``, ``ctx.random()``, ``ctx.tool()``, ``ctx.model()``;
+  use ``ctx.now()``, ``ctx.random()``, ``ctx.tool()``, ``ctx.model()`` (an
+  integration whose framework brings its own model client calls it through
+  ``ctx.model_exchange()``, which records it the same way);
 - read configuration from ``ctx.config``, never from settings or the
   environment: it is pinned to the run when it starts;
 - never sleep; ``ctx.sleep()`` suspends the run and a sweeper wakes it;
@@ -19,6 +21,7 @@ never re-executed under a new effect key.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,7 @@ from agentruns.runtime.tools import ToolResult
 
 if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim
+    from agentruns.runtime.model_steps import ModelAnswer
 
 
 def _engine_call(method):
@@ -80,6 +84,17 @@ class RunContext:
         with ``valid=False`` and the reason, to be fed back to the model.
         """
         return model_steps.model_step(self._claim, messages, tools=tools, temperature=temperature)
+
+    @_engine_call
+    def model_exchange(self, request: dict[str, Any], call: Callable[[float], ModelAnswer]) -> Any:
+        """A model call made by an integration's own client, recorded as a model step.
+
+        ``request`` (JSON) identifies the call; ``call(timeout)`` makes it once and
+        returns a ``ModelAnswer``, raising a ``ModelError`` when nothing usable came
+        back. Returns the answer's ``result`` as recorded; on replay the recorded
+        result, without calling. Retries, budgets and divergence as for ``model``.
+        """
+        return model_steps.model_exchange(self._claim, request, call)
 
     @_engine_call
     def tool(self, name: str, args: dict[str, Any]) -> ToolResult:

@@ -10,6 +10,8 @@ model clients run with their own retries off.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -24,7 +26,7 @@ from agentruns.runtime.control import AgentUsageError, Finish, Suspend
 from agentruns.runtime.effects import content_hash
 from agentruns.runtime.outcomes import Ending
 from agentruns.runtime.responses import ModelResponse, ModelToolCall
-from agentruns.runtime.results import load_result
+from agentruns.runtime.results import json_safe, load_result
 from agentruns.runtime.retry import RetryPolicy
 from agentruns.runtime.tools import NON_RETRYABLE, validation_message
 from agentruns.runtime.writes import NOW, Event, Increment, Json, NowPlus, Sql
@@ -53,7 +55,7 @@ def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> Model
         "temperature": temperature,
     }
     input_hash = content_hash(step_input)
-    seq, step_id, recorded = claim.position(StepKind.MODEL, "chat", input_hash)
+    seq, step_id, recorded = claim.position(StepKind.MODEL, "chat", input_hash, input=step_input)
     if recorded is not None and recorded.status == StepStatus.SUCCEEDED:
         # The accepted output is reused; the model is never asked twice.
         return ModelResponse.from_recorded(load_result(recorded), step_id)
@@ -99,6 +101,108 @@ def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> Model
     return _succeeded(attempt, reply, tool_names, evidence, spec)
 
 
+@dataclass(frozen=True)
+class ModelAnswer:
+    """What a model call made through ``ctx.model_exchange`` answered, as its step records it.
+
+    ``result`` is JSON and is exactly what replay returns. ``cost_micros`` is the
+    cost the provider's own pricing gives (USD millionths), or None to price the
+    tokens with the agent's pinned ``ModelSpec.pricing``. ``validation`` lists
+    what was checked of the answer, one ``{"name", "valid", "error"}`` each, as
+    the run page shows them.
+    """
+
+    result: Any
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int | None = None
+    validation: list[dict[str, Any]] = field(default_factory=list)
+
+
+def model_exchange(
+    claim: Claim, request: dict[str, Any], call: Callable[[float], ModelAnswer]
+) -> Any:
+    """A model step whose call an integration makes itself (a Pydantic AI model, say).
+
+    ``request`` is what identifies the call (the conversation, the tools offered,
+    the settings), as JSON: its hash is the step's identity, so a changed
+    conversation at a recorded position is a divergence. ``call(timeout)`` asks
+    the model once and raises a ``ModelError`` when nothing usable came back. The
+    step is recorded, retried and budgeted exactly as ``model_step``'s; a
+    recorded answer is returned without calling again.
+    """
+    spec = claim.snapshot.get("model", {})
+    step_input = {
+        "provider": spec.get("provider"),
+        "model": spec.get("model"),
+        "prompt_version": spec.get("prompt_version"),
+        "tool_schema_version": claim.snapshot.get("tool_schema_version"),
+        "request": request,
+    }
+    input_hash = content_hash(step_input)
+    seq, step_id, recorded = claim.position(StepKind.MODEL, "chat", input_hash, input=step_input)
+    if recorded is not None and recorded.status == StepStatus.SUCCEEDED:
+        return load_result(recorded)
+    if recorded is not None and recorded.status == StepStatus.FAILED:
+        raise Finish(Ending.FAILED, f"model call failed: {recorded.last_error}")
+    claim.boundary(forward=recorded is None, model=recorded is None)
+    if recorded is None:
+        claim.reach(fault_points.BEFORE_STEP_RECORDED, "chat")
+    timeout = float(spec.get("timeout", 20.0))
+    error: ModelError | None = None
+    answer: ModelAnswer | None = None
+    called_at = claim.engine.monotonic()
+    observe.call_started(claim.run.agent_name, StepKind.MODEL, "chat", step_id, None)
+    try:
+        with claim.heartbeat(timeout):
+            answer = call(timeout)
+    except ModelError as exc:
+        error = exc
+    except Exception as exc:  # an adapter bug: nothing usable came back
+        error = ModelUnavailable(f"{type(exc).__name__}: {exc}")
+    observe.call_returned(error)
+    claim.reach(fault_points.AFTER_CALL_RETURNED, "chat")
+    attempt = _Attempt(claim, seq, step_id, step_input, input_hash, recorded, called_at)
+    evidence = {
+        "model_provider": spec.get("provider", ""),
+        "model_id": spec.get("model", ""),
+        "prompt_version": str(spec.get("prompt_version", "")),
+        "tool_schema_version": claim.snapshot.get("tool_schema_version", ""),
+    }
+    if error is not None:
+        _failed(attempt, error, evidence)
+    assert answer is not None
+    result = json_safe(answer.result)
+    if answer.cost_micros is None:
+        cost = _priced(spec, answer.input_tokens, answer.output_tokens)
+    else:
+        cost = answer.cost_micros
+    _record_success(
+        attempt,
+        result,
+        {
+            **evidence,
+            "model_id": answer.model or evidence["model_id"],
+            "input_tokens": answer.input_tokens,
+            "output_tokens": answer.output_tokens,
+            "cost_micros": cost,
+            "validation": Json(answer.validation),
+        },
+        tokens=answer.input_tokens + answer.output_tokens,
+        cost=cost,
+    )
+    return result
+
+
+def _priced(spec: dict[str, Any], input_tokens: int, output_tokens: int) -> int:
+    """The cost in USD millionths at the pinned price per million tokens."""
+    pricing = spec.get("pricing_per_million", ["0", "0"])
+    return int(
+        Decimal(input_tokens) * Decimal(pricing[0]) + Decimal(output_tokens) * Decimal(pricing[1])
+    )
+
+
 class _Attempt:
     """One call of one model step, as its write needs it."""
 
@@ -128,13 +232,9 @@ class _Attempt:
 def _succeeded(
     attempt: _Attempt, reply: ModelReply, tool_names: list[str], evidence: dict, spec: dict
 ) -> ModelResponse:
-    claim, step_id, recorded = attempt.claim, attempt.step_id, attempt.recorded
+    claim, step_id = attempt.claim, attempt.step_id
     response, validation = validate_reply(claim, reply, tool_names, step_id)
-    pricing = spec.get("pricing_per_million", ["0", "0"])
-    cost = int(
-        Decimal(reply.input_tokens) * Decimal(pricing[0])
-        + Decimal(reply.output_tokens) * Decimal(pricing[1])
-    )
+    cost = _priced(spec, reply.input_tokens, reply.output_tokens)
     result = {
         "content": response.content,
         "finish_reason": response.finish_reason,
@@ -150,6 +250,13 @@ def _succeeded(
         "validation": Json(validation),
     }
     tokens = reply.input_tokens + reply.output_tokens
+    _record_success(attempt, result, evidence, tokens=tokens, cost=cost)
+    return response
+
+
+def _record_success(attempt: _Attempt, result: Any, evidence: dict, *, tokens: int, cost: int):
+    """Record a model step's answer with its evidence, and count it against the budgets."""
+    claim, step_id, recorded = attempt.claim, attempt.step_id, attempt.recorded
     run_set = claim.progress(
         step_id,
         new_step=recorded is None,
@@ -173,7 +280,6 @@ def _succeeded(
     if recorded is None:
         claim.counters["steps"] += 1
     claim.reach(fault_points.AFTER_RESULT_RECORDED, "chat")
-    return response
 
 
 def validate_reply(claim: Claim, reply: ModelReply, tool_names: list[str], step_id: str):

@@ -39,7 +39,7 @@ def tool_step(claim: Claim, name: str, args: dict[str, Any]) -> ToolResult:
             error_class="invalid_arguments",
         )
     input_hash = content_hash({"tool": name, "args": canonical})
-    seq, step_id, recorded = claim.position(StepKind.TOOL, name, input_hash)
+    seq, step_id, recorded = claim.position(StepKind.TOOL, name, input_hash, input=canonical)
     return perform(claim, seq, step_id, StepKind.TOOL, tool, canonical, input_hash, recorded)
 
 

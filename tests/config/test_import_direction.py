@@ -47,8 +47,18 @@ ALLOWED = {
     "config": set(PACKAGES) - {"config"},
 }
 # An agent is an ordinary user of the runtime: its public surface, the scripted model
-# client, the one money formatter every amount is shown with, and the one mail sender.
-AGENT_SURFACE = ("agentruns.runtime", "agentruns.llm.scripted", "agentruns.money", "agentruns.mail")
+# client, the one money formatter every amount is shown with, the one mail sender, and
+# the integrations that run agents written with other frameworks.
+AGENT_SURFACE = (
+    "agentruns.runtime",
+    "agentruns.llm.scripted",
+    "agentruns.money",
+    "agentruns.mail",
+    "agentruns.integrations.pydantic_ai",
+)
+# An integration is a user of the runtime too: its public surface, and the model errors
+# the engine retries by (agentruns.llm.base).
+INTEGRATION_SURFACE = ("agentruns.runtime", "agentruns.llm.base")
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:
@@ -86,6 +96,16 @@ def test_an_agent_uses_only_the_runtimes_public_surface(package):
         for module, line in _imports(path):
             if module.startswith("agentruns") and module not in AGENT_SURFACE:
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert wrong == []
+
+
+def test_an_integration_uses_only_the_runtimes_public_surface():
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in _modules("agentruns/integrations")
+        for module, line in _imports(path)
+        if module.split(".")[0] in PACKAGES and module not in INTEGRATION_SURFACE
+    ]
     assert wrong == []
 
 

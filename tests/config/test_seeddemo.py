@@ -32,6 +32,10 @@ def test_seeddemo_creates_the_logins_the_authorities_and_the_runs_once(
     assert sorted(limits, key=str) == [("admin", "eur", None), ("approver", "eur", 10_000)]
     runs = Run.objects.filter(tenant=tenant).count()
     assert runs >= 5
+    # One run of the refund agent written with Pydantic AI, whose model runs offline.
+    twin = Run.objects.get(tenant=tenant, agent_name="refund_support_pydantic_ai")
+    assert twin.request_id == "demo-refund-pydantic-ai"
+    assert twin.input["order_id"] == "ord_1005"
     call_command("seeddemo", stdout=io.StringIO())
     assert Run.objects.filter(tenant=tenant).count() == runs
     assert get_user_model().objects.filter(username="ann").count() == 1

@@ -388,11 +388,9 @@ class RefundWorld:
 
     # processes
 
-    def start_run(self, order_id: str, **extra: Any) -> str:
+    def start_run(self, order_id: str, *, agent: str = "refund_support", **extra: Any) -> str:
         run_input = {"order_id": order_id, "amount": AMOUNT, "email_customer": False, **extra}
-        proc = self.world.start(
-            "startrun", "startrun", "refund_support", "--input", json.dumps(run_input)
-        )
+        proc = self.world.start("startrun", "startrun", agent, "--input", json.dumps(run_input))
         self.world.wait_exit(proc)
         if proc.popen.returncode != 0:
             pytest.fail(f"startrun failed\n{self.explain()}")
@@ -401,14 +399,16 @@ class RefundWorld:
         self.run_ids.append(run_id)
         return run_id
 
-    def kill_cluster_at(self, fault: str, order_id: str, **run_input: Any) -> str:
+    def kill_cluster_at(
+        self, fault: str, order_id: str, *, agent: str = "refund_support", **run_input: Any
+    ) -> str:
         """Start a cluster armed to kill its group at ``fault``, start a run, wait for the death.
 
         Every earlier cluster is dead and the sweeper is not running yet, so this
         cluster is the only worker and this run the only one it can take.
         """
         cluster = self.world.start_cluster("qcluster-armed", faults=f"{fault}=killgroup")
-        run_id = self.start_run(order_id, **run_input)
+        run_id = self.start_run(order_id, agent=agent, **run_input)
         self.world.wait_group_gone(cluster)
         return run_id
 

@@ -30,6 +30,12 @@ DEMO_RUNS = [
     ("demo-refund-3", "refund_support", {"order_id": "ord_1003", "amount": 6000}),
     ("demo-refund-5", "refund_support", {"order_id": "ord_1006", "amount": 15900}),
     ("demo-refund-4", "refund_support", {"order_id": "ord_4040"}),
+    # The same agent written with Pydantic AI (support/pydantic_agent.py), offline too.
+    (
+        "demo-refund-pydantic-ai",
+        "refund_support_pydantic_ai",
+        {"order_id": "ord_1005", "amount": 700},
+    ),
 ]
 
 
