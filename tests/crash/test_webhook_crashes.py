@@ -17,22 +17,27 @@ import pytest
 
 from tests.crash.harness import RefundWorld
 from tests.harness import ORDER
+from webhooks.signing import secret_new
 
 pytestmark = pytest.mark.crash
 
-# Made a minute before the run, with the manage.py shell of the workers' own settings.
-MAKE_ENDPOINT = """
-from datetime import timedelta
-from django.utils import timezone
-from accounts.models import Tenant
-from webhooks.models import WebhookEndpoint
-from webhooks.signing import secret_new
-WebhookEndpoint.objects.create(
-    tenant=Tenant.objects.get(slug="default"), url="{url}", events=["run.ended"],
-    secret=secret_new(), created_by="user:crash",
-    created_at=timezone.now() - timedelta(minutes=1),
-)
-"""
+
+def _make_endpoint(refunds: RefundWorld, url: str) -> None:
+    """The tenant's endpoint, made a minute before the run, written as an outside
+    observer writes (raw SQL): no process of the test's own starts for it."""
+    made = (
+        "statement_timestamp() - interval '1 minute'"
+        if refunds.world.db.is_postgres
+        else "strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 minute')"
+    )
+    [made_row] = refunds.world.db.query(
+        "INSERT INTO webhooks_webhookendpoint (tenant_id, url, description, events, is_active, "
+        "secret, previous_secret, created_at, created_by) "
+        "SELECT id, %s, 'crash receiver', '[\"run.ended\"]', TRUE, %s, '', "
+        f"{made}, 'user:crash' FROM accounts_tenant WHERE slug = 'default' RETURNING id",
+        (url, secret_new()),
+    )
+    assert made_row["id"]
 
 
 def _delivery_run(refunds: RefundWorld) -> str | None:
@@ -49,9 +54,7 @@ def _message_id(refunds: RefundWorld) -> str:
 
 def test_a_worker_killed_mid_delivery_leaves_one_delivery_per_webhook_id(refunds: RefundWorld):
     refunds.world.env["HOLDFAST_AGENT_MODULES"] = "support.agents,webhooks.agents"
-    url = f"{refunds.sandbox.url}/hooks/crash-hooks"
-    shell = refunds.world.start("endpoint", "shell", "-c", MAKE_ENDPOINT.format(url=url))
-    assert refunds.world.wait_exit(shell) == 0, shell.tail()
+    _make_endpoint(refunds, f"{refunds.sandbox.url}/hooks/crash-hooks")
 
     # Killed after the receiver took it, before the step recorded the answer: the
     # window a resend must not deliver twice (the other points: tests/webhooks).
