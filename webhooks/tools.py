@@ -9,9 +9,10 @@ Standard Webhooks contract instead of Slack's:
   timeout or a 5xx delivers nothing new (``idempotent`` recovery, no lookup: a
   receiver offers none);
 - a 2xx is delivered; a 4xx other than 408 and 429 is a definite refusal, never
-  sent again; everything else (5xx, 408, 429 with its Retry-After, a timeout, a
-  refused or dropped connection) is sent again later under the same id, with the
-  tool's backoff, until ``MAX_ATTEMPTS``, after which the delivery is given up;
+  sent again, and so is a redirect (a 3xx is never followed); everything else (5xx,
+  408, 429 with its Retry-After, a timeout, a refused or dropped connection) is sent
+  again later under the same id, with the tool's backoff, until ``MAX_ATTEMPTS``,
+  after which the delivery is given up;
 - the secret is read from the endpoint at each attempt and goes only into the
   signature: never into the step's stored request, its result or an error.
 
@@ -122,7 +123,10 @@ def deliver_webhook(request: dict, call: CallInfo) -> dict:
     }
     timeout = min(call.timeout, settings.HOLDFAST_WEBHOOK_TIMEOUT_SECONDS)
     try:
-        answer = requests.post(endpoint.url, data=body, headers=headers, timeout=timeout)
+        # Never followed: an endpoint is the address its admin typed, not one it names.
+        answer = requests.post(
+            endpoint.url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+        )
     except requests.exceptions.Timeout:
         raise _again(delivery, call, f"no answer within {timeout:g} s") from None
     except requests.exceptions.ConnectionError as error:

@@ -245,3 +245,32 @@ def test_a_rotated_secret_and_its_predecessor_both_sign_during_the_grace(world):
     assert len(received["signature"].split()) == 2
     signing.verify(new, _headers(received), body)
     signing.verify(old, _headers(received), body)
+
+
+def test_a_redirect_is_not_followed_and_refuses_the_delivery(world):
+    """An endpoint is the address its admin typed: a 3xx elsewhere is not followed."""
+    import http.server
+    import threading
+
+    class Moved(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(307)
+            self.send_header("Location", f"{world.sandbox.url}/hooks/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        world.endpoint(url=f"http://127.0.0.1:{server.server_address[1]}/in")
+        world.refund_ended()
+        [run] = world.deliver_all()
+    finally:
+        server.shutdown()
+    assert run.outcome_code == "endpoint_refused"
+    delivery = world.only_delivery()
+    assert (delivery.status, delivery.last_status_code) == (DeliveryStatus.REFUSED, 307)
+    assert world.received() == []
