@@ -21,6 +21,7 @@ PERMISSION_NAMES = {
     "decide_approvals": "decide approvals",
     "settle_effects": "settle unknown effects",
     "view_audit": "read the audit log",
+    "webhooks.manage_webhooks": "manage webhook endpoints",
 }
 
 
@@ -30,7 +31,8 @@ def forbidden(request: HttpRequest, reason: str) -> HttpResponse:
 
 def operator_required(permission: str) -> Callable:
     """Let the view run only for a logged-in operator holding ``accounts.<permission>``
-    (any operator, whatever their role, when ``permission`` is "").
+    (or ``<app>.<permission>`` when it names its app; any operator, whatever their
+    role, when ``permission`` is "").
 
     Sets ``request.tenant``: views read tenant-owned rows through
     ``accounts.services.for_tenant(queryset, request.tenant)`` and nothing else.
@@ -45,7 +47,8 @@ def operator_required(permission: str) -> Callable:
                 operator = request.user.operator
             except ObjectDoesNotExist:
                 return forbidden(request, "Your login is not an operator of any tenant.")
-            if permission and not request.user.has_perm(f"accounts.{permission}"):
+            full = permission if "." in permission else f"accounts.{permission}"
+            if permission and not request.user.has_perm(full):
                 action = PERMISSION_NAMES.get(permission, permission)
                 return forbidden(
                     request,

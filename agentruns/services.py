@@ -71,6 +71,8 @@ class EngineParts:
     approvals: Callable[[], ApprovalGate]
     desk: Callable[[], ReconciliationDesk]
     credentials: Callable[[], CredentialSource]
+    # Told of each run that ended, after its terminal commit.
+    ended: Callable[[uuid.UUID], None] | None = None
 
 
 _parts: EngineParts | None = None
@@ -81,9 +83,10 @@ def install_engine_parts(
     approvals: Callable[[], ApprovalGate],
     desk: Callable[[], ReconciliationDesk],
     credentials: Callable[[], CredentialSource],
+    ended: Callable[[uuid.UUID], None] | None = None,
 ) -> None:
     global _parts
-    _parts = EngineParts(approvals=approvals, desk=desk, credentials=credentials)
+    _parts = EngineParts(approvals=approvals, desk=desk, credentials=credentials, ended=ended)
 
 
 def _installed_parts() -> EngineParts:
@@ -115,6 +118,7 @@ def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engin
         desk=parts.desk(),
         credentials=parts.credentials(),
         stopping=shutdown.stopping,
+        ended=parts.ended,
     )
 
 

@@ -4,6 +4,7 @@ expiring them."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,17 @@ REJECT = "reject"
 RESOURCE_READ_TIMEOUT = 3.0
 # How long pages reuse one reading of a resource (a decision always reads afresh).
 RESOURCE_READ_CACHE_SECONDS = 10
+
+
+# Called with each approval decided, inside the decision's own transaction, so what a
+# hook writes commits with the decision or not at all. A hook never raises (it would
+# undo the decision). The composition root installs webhooks' hook (config/wiring.py).
+_decided_hooks: tuple[Callable[[Approval], None], ...] = ()
+
+
+def install_decided_hooks(*hooks: Callable[[Approval], None]) -> None:
+    global _decided_hooks
+    _decided_hooks = hooks
 
 
 class DecisionRefused(Exception):
@@ -140,6 +152,8 @@ def approval_decide(
             after=_snapshot(current),
             request=request,
         )
+        for hook in _decided_hooks:
+            hook(current)
     run_resume(current.run_id, by=actor)
     return current
 

@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "evidence",
     "bulk",
     "notifications",
+    "webhooks",
     "support",
     "sandbox",
     # The composition root: wires the apps above together (config/wiring.py).
@@ -285,7 +286,13 @@ HOLDFAST = {
     # Modules whose import registers agents.
     "AGENT_MODULES": env_list(
         "HOLDFAST_AGENT_MODULES",
-        ["examples.agents", "support.agents", "support.pydantic_agent", "notifications.agents"],
+        [
+            "examples.agents",
+            "support.agents",
+            "support.pydantic_agent",
+            "notifications.agents",
+            "webhooks.agents",
+        ],
     ),
     # A lease is short so a dead worker's run is recovered within seconds; a live
     # worker renews it between steps and while a call is within its timeout.
@@ -349,6 +356,8 @@ HOLDFAST_PROVIDER_DEFAULTS = {
 HOLDFAST_WEBHOOK_URL = env_str("HOLDFAST_WEBHOOK_URL", "")
 # Where the links in notifications point: the dashboard's address as people reach it.
 HOLDFAST_BASE_URL = env_str("HOLDFAST_BASE_URL", "http://127.0.0.1:8000")
+# How long one webhook attempt waits for the endpoint's answer (at most the tool's 15 s).
+HOLDFAST_WEBHOOK_TIMEOUT_SECONDS = env_float("HOLDFAST_WEBHOOK_TIMEOUT_SECONDS", 10.0)
 # How long an operator's digest period is: one digest email per period that held notices.
 HOLDFAST_DIGEST_SECONDS = env_int("HOLDFAST_DIGEST_SECONDS", 3600)
 # Where a tenant's ``file:<name>`` secret references are read from.

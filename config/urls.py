@@ -24,6 +24,7 @@ urlpatterns = [
     path("", include("evidence.urls")),
     path("", include("overview.urls")),
     path("", include("bulk.urls")),
+    path("", include("webhooks.urls")),
     # Last: every other address under /api/ is a JSON 404, never the site's HTML page.
     re_path(r"^api/(?P<path>.*)$", api.not_found, name="api-not-found"),
 ]

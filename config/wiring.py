@@ -14,7 +14,11 @@ by itself; this module hands each part to the app that uses it:
   log lines read the run and step the engine works on (``config.logging``);
 - failed logins and lockouts go to the audit log (``accounts.logins``);
 - an approval that waits and a case that opens start a notify run
-  (``notifications.services``): the gate and the desk get the hooks.
+  (``notifications.services``): the gate and the desk get the hooks;
+- every webhook event (``webhooks.services``) is raised where its fact is written:
+  the gate (approval requested), the decision (approval decided, in its
+  transaction), the desk (case opened), the resolutions (case resolved) and the
+  engine's ending path (run ended); the sweeper repairs what a dead process missed.
 
 ``install()`` runs once per process, from ``HoldfastConfig.ready()``: the web
 process, each worker, the sweeper, every command and the tests alike.
@@ -34,7 +38,11 @@ from agentruns.selectors import run_attention_counts
 from approvals.gate import DatabaseApprovalGate, install_requested_hooks
 from approvals.live import ApprovalPage, InboxPage
 from approvals.selectors import pending_approval_count
-from approvals.services import approvals_expire_duty, approvals_resume_duty
+from approvals.services import (
+    approvals_expire_duty,
+    approvals_resume_duty,
+    install_decided_hooks,
+)
 from bulk.services import bulk_resume_duty
 from config import logging as log_format
 from config import metrics
@@ -42,7 +50,9 @@ from notifications.services import approval_notify, case_notify, notifications_d
 from reconciliation.desk import DatabaseDesk, install_opened_hooks
 from reconciliation.live import CasePage, QueuePage
 from reconciliation.selectors import open_case_count
-from reconciliation.services import cases_sweep_duty
+from reconciliation.services import cases_sweep_duty, install_resolved_hooks
+from webhooks import services as webhooks
+from webhooks.live import DeliveryLogPage
 
 # What one sweeper pass does, in order. The run duties first: they only knock on
 # runs; then approvals (an expiry is an event a page shows; a decision whose
@@ -57,6 +67,7 @@ SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
     sweeper.Duty("resume runs whose approval was decided", approvals_resume_duty),
     sweeper.Duty("start missed notifications and due digests", notifications_duty),
     sweeper.Duty("hand lost bulk actions to a worker again", bulk_resume_duty),
+    sweeper.Duty("raise missed webhook events, start their deliveries", webhooks.webhooks_duty),
     sweeper.Duty("report runs nobody is responsible for", sweeper.report_orphans),
 )
 
@@ -72,16 +83,22 @@ LIVE_PAGES = {
     "approval": ApprovalPage,
     "cases": QueuePage,
     "case": CasePage,
+    "webhook": DeliveryLogPage,
 }
 
 
 def install() -> None:
     services.install_engine_parts(
-        approvals=DatabaseApprovalGate, desk=DatabaseDesk, credentials=TenantCredentials
+        approvals=DatabaseApprovalGate,
+        desk=DatabaseDesk,
+        credentials=TenantCredentials,
+        ended=webhooks.run_ended_hook,
     )
     sweeper.install_duties(SWEEPER_DUTIES)
-    install_requested_hooks(approval_notify)
-    install_opened_hooks(case_notify)
+    install_requested_hooks(approval_notify, webhooks.approval_requested_hook)
+    install_decided_hooks(webhooks.approval_decided_hook)
+    install_opened_hooks(case_notify, webhooks.case_opened_hook)
+    install_resolved_hooks(webhooks.case_resolved_hook)
     navigation.install_attention(ATTENTION_COUNTERS)
     live.install_live_pages(LIVE_PAGES)
     observe.install_sink(metrics.process_sink())

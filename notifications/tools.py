@@ -169,9 +169,19 @@ def slack_message(args: dict, config: dict) -> dict:
     }
 
 
-def _body(request: dict) -> bytes:
-    # The same bytes on every resend: the receiver compares nothing, but a signature does.
-    return json.dumps(request, sort_keys=True, separators=(",", ":")).encode()
+def webhook_body(value: dict) -> bytes:
+    """The bytes a webhook posts: canonical JSON, the same bytes on every resend (the
+    receiver compares nothing, but a signature does). Shared with ``webhooks``."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def retry_after_seconds(answer: requests.Response) -> float | None:
+    """A 429's or 503's ``Retry-After`` in seconds (the delay form), or None."""
+    try:
+        seconds = float(answer.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def _find_delivery(request: dict, call: CallInfo) -> LookupResult:
@@ -203,7 +213,7 @@ def post_webhook(request: dict, call: CallInfo) -> dict:
         raise ToolRefused(
             "the webhook address must be an http(s) URL", error_class="invalid_request"
         )
-    body = _body(request)
+    body = webhook_body(request)
     headers = {"Content-Type": "application/json", "Idempotency-Key": call.effect_key or ""}
     if account.secret:
         digest = hmac.new(account.secret.encode(), body, hashlib.sha256).hexdigest()
@@ -211,13 +221,13 @@ def post_webhook(request: dict, call: CallInfo) -> dict:
     try:
         answer = requests.post(account.endpoint, data=body, headers=headers, timeout=call.timeout)
     except requests.exceptions.ConnectionError as error:
-        if isinstance(error, requests.exceptions.ConnectTimeout) or _never_connected(error):
+        if isinstance(error, requests.exceptions.ConnectTimeout) or never_connected(error):
             raise ProviderBusy(
                 f"the webhook is unreachable: {error}", error_class="unreachable"
             ) from None
         raise
     if answer.status_code == 429:
-        raise ProviderBusy("the webhook is rate limiting")
+        raise ProviderBusy("the webhook is rate limiting", retry_after=retry_after_seconds(answer))
     if 400 <= answer.status_code < 500:
         raise ToolRefused(
             f"the webhook refused the message ({answer.status_code})",
@@ -239,8 +249,8 @@ def post_webhook(request: dict, call: CallInfo) -> dict:
     }
 
 
-def _never_connected(error: requests.exceptions.ConnectionError) -> bool:
-    """Refused or unreachable before a byte was sent."""
+def never_connected(error: requests.exceptions.ConnectionError) -> bool:
+    """Refused or unreachable before a byte was sent. Shared with ``webhooks``."""
     reason = getattr(error.args[0], "reason", None) if error.args else None
     return isinstance(reason, urllib3.exceptions.NewConnectionError)
 

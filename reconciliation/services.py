@@ -10,6 +10,7 @@ someone settled first, nothing is written and the operator is told why.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,23 @@ class CaseConflict(Exception):
     def __init__(self, message: str, case: ReconciliationCase):
         super().__init__(message)
         self.case = case
+
+
+# Called with each case once it is resolved (by a person, a conclusive lookup or a
+# worker's late answer), after the resolution committed; a hook never raises. The
+# composition root installs webhooks' hook (config/wiring.py); the sweeper repairs
+# what a process that died before the hook left undone.
+_resolved_hooks: tuple[Callable[[ReconciliationCase], None], ...] = ()
+
+
+def install_resolved_hooks(*hooks: Callable[[ReconciliationCase], None]) -> None:
+    global _resolved_hooks
+    _resolved_hooks = hooks
+
+
+def _resolved(case: ReconciliationCase) -> None:
+    for hook in _resolved_hooks:
+        hook(case)
 
 
 def newest_lookup(case: ReconciliationCase) -> ProviderLookup | None:
@@ -447,6 +465,7 @@ def case_resolve(
         },
         request=request,
     )
+    _resolved(case)
     return case
 
 
@@ -476,6 +495,8 @@ def case_settled_by_provider(case: ReconciliationCase, *, push=None) -> Reconcil
     )
     run_requeue_settled(case.run_id, by=SYSTEM, enqueue=push)
     case.refresh_from_db()
+    if not case.is_open:
+        _resolved(case)
     return case
 
 

@@ -216,8 +216,13 @@ class WebhookDelivery(models.Model):
     # Blank when the sender sent none: then every post is a delivery of its own.
     idempotency_key = models.CharField(max_length=255, blank=True)
     body = models.JSONField(default=dict)
-    # The signature header the sender computed, as received (blank without one).
-    signature = models.CharField(max_length=200, blank=True)
+    # The signature header the sender computed, as received (blank without one):
+    # ``webhook-signature`` of a Standard Webhooks post, else ``X-Holdfast-Signature``.
+    signature = models.CharField(max_length=500, blank=True)
+    # A Standard Webhooks post's ``webhook-timestamp`` and its body as sent, byte for
+    # byte, so a receiver's check of the signature can be done again on the record.
+    timestamp = models.CharField(max_length=20, blank=True)
+    raw_body = models.TextField(blank=True)
     received_at = models.DateTimeField(default=clock.now)
 
     class Meta:

@@ -8,7 +8,8 @@ closes its connections when it is done. Routes:
   ``limit``, ``starting_after``, ``ending_before``);
 - ``/shop/orders/<id>``: the shop, a partner API read with the same key;
 - ``/hooks/<channel>``: incoming webhooks (``sandbox.webhooks``), deduplicated by
-  ``Idempotency-Key``, and ``/hooks/<channel>/deliveries/<key>`` to look one up;
+  ``Idempotency-Key`` (or a Standard Webhooks ``webhook-id``), and
+  ``/hooks/<channel>/deliveries/<key>`` to look one up;
 - ``/_sandbox/...``: stats, the request log (``GET /_sandbox/requests?api_key=`` or
   ``?account=``), received mail, faults (HTTP and SMTP), reset and seed (JSON
   ``api_key`` and ``first_number``) and the test clock.
@@ -212,7 +213,10 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 parts[1],
                 body,
                 key=self.headers.get("Idempotency-Key", ""),
-                signature=self.headers.get("X-Holdfast-Signature", ""),
+                signature=self.headers.get("webhook-signature")
+                or self.headers.get("X-Holdfast-Signature", ""),
+                message_id=self.headers.get("webhook-id", ""),
+                timestamp=self.headers.get("webhook-timestamp", ""),
             )
         if method == "GET" and len(parts) == 4 and parts[2] == "deliveries":
             return webhooks.delivery_for(parts[1], parts[3])

@@ -200,9 +200,10 @@ OPTIONS: dict[str, Any] = {
     "input_model": RefundRequest,
     "budget": Budget(max_steps=30, max_model_calls=10),
     "config": {
-        # As the native agent's: refunds above this many minor units wait for an approver;
-        # a tenant sets its own in Tenant.agent_config, pinned into each run at start.
-        "approvals": {"enabled": True, "auto_approve_up_to": 5000},
+        # As the native agent's: refunds above these amounts (minor units, per currency)
+        # wait for an approver, in any other currency every refund does; a tenant sets its
+        # own on its settings page, pinned into each run at start.
+        "approvals": {"enabled": True, "auto_approve_up_to": {"eur": 5000}},
     },
 }
 

@@ -66,9 +66,16 @@ def _grant_group_permissions(group) -> None:
 
     groups = importlib.import_module("accounts.migrations.0004_create_operator_groups")
     grants = importlib.import_module("accounts.migrations.0008_provider_error_permission")
+    webhooks = importlib.import_module("webhooks.migrations.0002_grant_manage_webhooks")
     codenames = groups.GROUPS[group.name] + grants.GRANTS.get(group.name, [])
     group.permissions.set(
-        Permission.objects.filter(content_type__app_label="accounts", codename__in=codenames)
+        [
+            *Permission.objects.filter(content_type__app_label="accounts", codename__in=codenames),
+            *Permission.objects.filter(
+                content_type__app_label="webhooks",
+                codename__in=webhooks.GRANTS.get(group.name, []),
+            ),
+        ]
     )
 
 

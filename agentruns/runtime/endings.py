@@ -93,6 +93,7 @@ def write_end(claim: Claim, ending: Finish) -> str:
         event=Event("finished", payload={"status": str(status), "reason": ending.reason}),
     )
     claim.engine.approvals.withdraw(str(claim.run_id), f"the run ended as {status}")
+    claim.engine.ended(claim.run_id)
     return f"finished:{status}"
 
 

@@ -99,8 +99,13 @@ class Engine:
         desk: ReconciliationDesk | None = None,
         credentials: CredentialSource | None = None,
         stopping: Callable[[], bool] | None = None,
+        ended: Callable[[uuid.UUID], None] | None = None,
     ):
         self.registry = registry
+        # Told of each run after its terminal commit (the composition root's
+        # listener: webhooks' "run ended"). It must never raise; the end is committed
+        # whatever it does, and a listener that needs every end repairs what it missed.
+        self.ended: Callable[[uuid.UUID], None] = ended or (lambda run_id: None)
         self.approvals: ApprovalGate = approvals or NoApprovals()
         self.desk: ReconciliationDesk = desk or NoDesk()
         self.credentials: CredentialSource = credentials or NoCredentials()

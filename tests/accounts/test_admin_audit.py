@@ -7,6 +7,8 @@ from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 
 from accounts.models import ApiToken, AuditEntry, Operator
+from agentruns.services import get_registry
+from config.tenant_settings import approving_agents
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,13 +21,11 @@ def admin_operator(tenant, admin_user):
 
 def _settings(tenant) -> dict[str, str]:
     # The tenant settings form as it is shown, unchanged (config/tenant_settings.py).
-    return {
-        "slug": tenant.slug,
-        "name": tenant.name,
-        "refund_support__approvals_enabled": "on",
-        "refund_support__auto_approve": "50.00 EUR",
-        "other_settings": "{}",
-    }
+    data = {"slug": tenant.slug, "name": tenant.name, "other_settings": "{}"}
+    for agent in approving_agents(get_registry()):
+        data[f"{agent.name}__approvals_enabled"] = "on"
+        data[f"{agent.name}__auto_approve"] = "50.00 EUR"
+    return data
 
 
 def _entries(**filters):

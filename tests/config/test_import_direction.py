@@ -21,6 +21,7 @@ PACKAGES = (
     "overview",
     "bulk",
     "notifications",
+    "webhooks",
     "support",
     "examples",
     "sandbox",
@@ -41,6 +42,8 @@ ALLOWED = {
     "bulk": {"accounts", "agentruns"},
     # Tells the people who may act on an approval or a case.
     "notifications": {"accounts", "agentruns", "approvals", "reconciliation"},
+    # Tells a tenant's systems of runs, approvals and cases, on notifications' path.
+    "webhooks": {"accounts", "agentruns", "approvals", "reconciliation", "notifications"},
     "support": {"agentruns"},
     "examples": {"agentruns"},
     "sandbox": set(),

@@ -13,7 +13,12 @@ from django.contrib.auth.models import Group
 from accounts.models import AuditEntry, ProviderAccount, Tenant
 from agentruns.services import get_registry
 from approvals.models import ApprovalAuthority
-from config.tenant_settings import effective_approvals, parse_limits, settings_problems
+from config.tenant_settings import (
+    approving_agents,
+    effective_approvals,
+    parse_limits,
+    settings_problems,
+)
 from support.agents import refund_support
 from support.tools import _refund_needs_approval
 
@@ -25,13 +30,11 @@ def _url(tenant) -> str:
 
 
 def _form(tenant, **changes) -> dict[str, str]:
-    data = {
-        "slug": tenant.slug,
-        "name": tenant.name,
-        "refund_support__approvals_enabled": "on",
-        "refund_support__auto_approve": "50.00 EUR",
-        "other_settings": "{}",
-    }
+    data = {"slug": tenant.slug, "name": tenant.name, "other_settings": "{}"}
+    for agent in approving_agents(get_registry()):
+        # Each approving agent's fields as the page shows them for its own settings.
+        data[f"{agent.name}__approvals_enabled"] = "on"
+        data[f"{agent.name}__auto_approve"] = "50.00 EUR"
     data.update(changes)
     return {k: v for k, v in data.items() if v is not None}
 

@@ -60,3 +60,29 @@ def test_a_lost_reply_still_delivered_and_the_resend_is_a_replay(sandbox):
     again = _post(sandbox, "ops", {"text": "hello"}, key="k4")
     assert again.json()["replayed"] is True
     assert sandbox.stats()["webhooks"]["by_idempotency_key"] == {"k4": 1}
+
+
+def test_a_standard_webhooks_post_is_kept_as_sent_and_deduplicated_by_its_id(sandbox):
+    body = b'{"data":{"id":"r1"},"type":"run.ended"}'
+    headers = {
+        "Content-Type": "application/json",
+        "webhook-id": "msg_1",
+        "webhook-timestamp": "1764547200",
+        "webhook-signature": "v1,c2lnbmF0dXJl v1,b2xkZXI=",
+    }
+    url = f"{sandbox.url}/hooks/crm"
+    first = requests.post(url, data=body, headers=headers, timeout=10)
+    again = requests.post(url, data=body, headers=headers, timeout=10)
+    assert first.status_code == again.status_code == 200
+    assert (first.json()["replayed"], again.json()["replayed"]) == (False, True)
+    [delivery] = sandbox.get("/_sandbox/webhooks").json()["deliveries"]
+    assert delivery["idempotency_key"] == "msg_1"
+    assert delivery["raw_body"] == body.decode()
+    assert delivery["timestamp"] == "1764547200"
+    assert delivery["signature"] == "v1,c2lnbmF0dXJl v1,b2xkZXI="
+    # Any JSON object is an event; a body that is not one is refused.
+    refused = requests.post(
+        url, data=b"[1]", headers={**headers, "webhook-id": "msg_2"}, timeout=10
+    )
+    assert refused.status_code == 400
+    assert sandbox.stats()["webhooks"]["total"] == 1

@@ -97,6 +97,10 @@ RUN_ACTION = row(LOGIN, 404, 403, 403, 403, 302, 403, 403, 302)
 # view got past access. (Lookups too: the test agent's tool is not deployed here.)
 CASE_ACTION = row(LOGIN, 404, 403, 403, 403, 403, 403, 400, 400)
 
+# The webhooks pages (webhooks.manage_webhooks: the admin role).
+MANAGE_LIST = row(LOGIN, 200, 403, 403, 403, 403, 403, 403, 200)
+MANAGE_OBJECT = row(LOGIN, 404, 403, 403, 403, 403, 403, 403, 200)
+
 API_CSRF = (
     "bearer tokens, never cookies: the API ignores a session (401 without a token), "
     "so a forged cross-site request carries no credential"
@@ -161,6 +165,17 @@ RULES: dict[str, Rule] = {
     "case-lookup": Rule(get=POST_ONLY, post=CASE_ACTION),
     "case-record": Rule(get=POST_ONLY, post=CASE_ACTION),
     "case-resolve": Rule(get=POST_ONLY, post=CASE_ACTION),
+    # --- webhooks: the tenant's endpoints (webhooks.manage_webhooks, the admin role); another
+    # tenant's admin reaches their own list and none of this tenant's endpoints
+    "webhook-list": Rule(get=MANAGE_LIST),
+    # An empty form is a 400 (an address and an event type are needed), past the checks.
+    "webhook-create": Rule(get=MANAGE_LIST, post=row(LOGIN, 400, 403, 403, *[403] * 4, 400)),
+    "webhook-detail": Rule(get=MANAGE_OBJECT),
+    "webhook-edit": Rule(get=MANAGE_OBJECT, post=row(LOGIN, 404, 403, 403, *[403] * 4, 400)),
+    # The new secret's page, shown once.
+    "webhook-rotate": Rule(get=POST_ONLY, post=MANAGE_OBJECT),
+    "webhook-disable": Rule(get=POST_ONLY, post=row(LOGIN, 404, 403, 403, *[403] * 4, 302)),
+    "webhook-enable": Rule(get=POST_ONLY, post=row(LOGIN, 404, 403, 403, *[403] * 4, 302)),
     # --- the admin's login, the one admin page for everyone (staff is sent on to the index)
     "admin:login": Rule(get=row(200, 200, 302, 200, 200, 200, 200, 200, 200), post=everyone(200)),
 }
@@ -204,6 +219,9 @@ SOCKET_RULES: dict[str, dict[str, Cell]] = {
     "ws/live/cases/<int:object_id>/": SOCKET_LIST,
     "ws/live/case/": NO_PAGE,
     "ws/live/case/<int:object_id>/": SOCKET_OBJECT,
+    # An endpoint's delivery log: webhooks.manage_webhooks (the admin role), as its page.
+    "ws/live/webhook/": NO_PAGE,
+    "ws/live/webhook/<int:object_id>/": row(4401, 4404, 4403, 4403, *[4404] * 4, True),
 }
 # What a live page's <int:object_id> names: an object of the tenant (World.value).
 LIVE_PAGE_OBJECTS = {
@@ -212,4 +230,5 @@ LIVE_PAGE_OBJECTS = {
     "approval": "approval_id",
     "cases": "case_id",
     "case": "case_id",
+    "webhook": "endpoint_id",
 }

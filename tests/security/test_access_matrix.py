@@ -62,6 +62,8 @@ from tests.security.access_rules import (
     Rule,
     Variant,
 )
+from webhooks.models import WebhookEndpoint
+from webhooks.signing import secret_new
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
 METRICS_TOKEN = "matrix-metrics-token"
@@ -154,6 +156,7 @@ class World:
     approval: Approval
     case: ReconciliationCase
     bulk: BulkAction
+    endpoint: WebhookEndpoint
     sessions: dict[str, str]  # caller -> session key
     tokens: dict[str, str]  # caller -> bearer token
     # Made once: each new Client loads the middleware again, WhiteNoise's scan of
@@ -173,6 +176,7 @@ class World:
             "approval_id": self.approval.pk,
             "case_id": self.case.pk,
             "action_id": self.bulk.pk,
+            "endpoint_id": self.endpoint.pk,
             "path": "nothing-here",
             "app_label": "agentruns",
         }
@@ -228,7 +232,9 @@ def _token(user) -> str:
     return ApiToken.issue(owner=user, name="matrix")[1]
 
 
-def _objects(tenant: Tenant) -> tuple[Run, Approval, ReconciliationCase, BulkAction]:
+def _objects(
+    tenant: Tenant,
+) -> tuple[Run, Approval, ReconciliationCase, BulkAction, WebhookEndpoint]:
     # Queued, never advanced: the engine refuses to run inside a transaction (on
     # SQLite), and this module's objects live in one.
     run = Harness(tenant).start("flow", {"sleep": 600})
@@ -276,7 +282,14 @@ def _objects(tenant: Tenant) -> tuple[Run, Approval, ReconciliationCase, BulkAct
         object_id=run.id,
     )
     bulk = BulkAction.objects.create(tenant=tenant, kind="cancel", actor="user:requester", total=1)
-    return run, approval, case, bulk
+    endpoint = WebhookEndpoint.objects.create(
+        tenant=tenant,
+        url="https://hooks.example/holdfast",
+        events=["run.ended"],
+        secret=secret_new(),
+        created_by="user:requester",
+    )
+    return run, approval, case, bulk, endpoint
 
 
 @pytest.fixture(scope="module")
