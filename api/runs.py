@@ -1,4 +1,4 @@
-"""/api/v1/runs: list and start runs, read one with every step."""
+"""/api/v1/runs: list and start runs, read one with every step, cancel it, retry it now."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from agentruns.marks import MARKS
 from agentruns.models import Run, RunStatus
 from agentruns.runtime import (
     AdmissionError,
+    CancelRefused,
     DuplicateActiveRun,
     InvalidRunInput,
     RequestConflict,
 )
 from agentruns.selectors import run_owner, run_step_rows, runs_filtered
-from agentruns.services import run_start
+from agentruns.services import run_cancel, run_start, run_wake
+from agentruns.states import state_of
 from api.auth import actor, audit, operation
 from api.errors import ApiError, ErrorOut
 from api.pagination import Page, PageQuery, paginate
@@ -298,6 +300,86 @@ def runs_read(request: HttpRequest, run_id: UUID):
     run = tenant_run(token, run_id)
     detail = token.owner.has_perm("accounts.view_provider_errors")
     return run_detail_out(run, error_detail=detail)
+
+
+ACTION_RESPONSE = {200: RunOut, 404: ErrorOut, 409: ErrorOut}
+
+
+@router.post(
+    "/{uuid:run_id}/cancel",
+    **operation(
+        ApiToken.SCOPE_CANCEL,
+        summary="Cancel a run",
+        description=(
+            "What the run page's Cancel button does, with the same guards: an idle run "
+            "ends now (`cancelled_no_effect`, or `cancelled_after_irreversible_effect` "
+            "when an effect already happened); a run whose effect may be in flight is "
+            "handed to a worker that settles it first and then honours the cancel; a "
+            "running run stops at its next step. Answers the run as it is now. 409 for "
+            "a run that has ended, or whose effect's outcome is unknown (settle its "
+            "reconciliation case first). Audited as `run.cancel`."
+        ),
+        response=ACTION_RESPONSE,
+        url_name="run-cancel",
+    ),
+)
+def runs_cancel(request: HttpRequest, run_id: UUID):
+    token: ApiToken = request.auth
+    run = tenant_run(token, run_id)
+    before = {"status": run.status}
+    try:
+        run = run_cancel(run.id, by=actor(token))
+    except CancelRefused as exc:
+        raise ApiError(409, f"not cancelled: {exc}") from exc
+    audit(
+        request,
+        token,
+        action="run.cancel",
+        object_type="run",
+        object_id=run.id,
+        before=before,
+        after={"status": run.status},
+    )
+    return run_out(run)
+
+
+@router.post(
+    "/{uuid:run_id}/retry",
+    **operation(
+        ApiToken.SCOPE_RETRY,
+        summary="Make a run retry now",
+        description=(
+            "What the run page's Retry now button does: a run that is `sleeping` or "
+            "`waiting_for_retry` is due now and a worker is woken for it. 409 for a run in "
+            "any other state, with that state. Audited as `run.retry_now`."
+        ),
+        response=ACTION_RESPONSE,
+        url_name="run-retry",
+    ),
+)
+def runs_retry(request: HttpRequest, run_id: UUID):
+    token: ApiToken = request.auth
+    run = tenant_run(token, run_id)
+    before = {"status": run.status, "next_attempt_at": _iso(run.next_attempt_at)}
+    if not run_wake(run.id, by=actor(token)):
+        run.refresh_from_db()
+        label = state_of(run.status).label.lower()
+        raise ApiError(409, f"nothing to retry: the run is {run.status} ({label})")
+    run.refresh_from_db()
+    audit(
+        request,
+        token,
+        action="run.retry_now",
+        object_type="run",
+        object_id=run.id,
+        before=before,
+        after={"status": run.status, "next_attempt_at": _iso(run.next_attempt_at)},
+    )
+    return run_out(run)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
 
 
 def _json(data: dict[str, Any]) -> dict[str, Any]:

@@ -136,6 +136,12 @@ RULES: dict[str, Rule] = {
     "api-v1:api-root": API_NOWHERE,
     "api-v1:runs": Rule(get=everyone(401), post=everyone(401), csrf_exempt=API_CSRF, json=True),
     "api-v1:run": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    "api-v1:run-cancel": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
+    "api-v1:run-retry": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
     "api-v1:audit": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
     # Its documentation and OpenAPI document: for the tenant's operators, any role
     # (api/docs.py says why); read-only, so POST is 405 before access is asked.
@@ -195,6 +201,9 @@ API_TOKEN_RULES: dict[tuple[str, str], dict[str, Cell]] = {
     ("POST", "api-v1:runs"): row(401, 400, 403, 403, 403, 400, 403, 403, 400),
     ("GET", "api-v1:runs"): row(401, 200, 403, 403, 200, 200, 200, 200, 200),
     ("GET", "api-v1:run"): row(401, 404, 403, 403, 200, 200, 200, 200, 200),
+    # runs:cancel (cancel_runs), runs:retry (retry_runs): done (the engine's side stood in for)
+    ("POST", "api-v1:run-cancel"): row(401, 404, 403, 403, 403, 200, 403, 403, 200),
+    ("POST", "api-v1:run-retry"): row(401, 404, 403, 403, 403, 200, 403, 403, 200),
     ("GET", "api-v1:audit"): row(401, 200, 403, 403, 403, 403, 403, 403, 200),
 }
 
