@@ -197,7 +197,7 @@ class RunFilters(PageQuery):
     )
 
 
-START_RESPONSE = {200: RunOut, 201: RunOut, 400: ErrorOut, 409: RunConflictOut}
+START_RESPONSE = {200: RunOut, 201: RunOut, 400: ErrorOut, 409: RunConflictOut, 413: ErrorOut}
 READ_RESPONSE = {200: RunDetailOut, 404: ErrorOut}
 
 

@@ -110,6 +110,8 @@ def test_every_status_an_operation_answers_has_its_model(schema):
         query = [p for p in op.get("parameters", []) if p["in"] == "query"]
         if op.get("requestBody") or query:
             assert "400" in responses, f"{where} takes input: it may answer 400"
+        if op.get("requestBody"):
+            assert "413" in responses, f"{where} takes a body: it may answer 413"
         for status, response in responses.items():
             name = _schema_of(response).rsplit("/", 1)[-1]
             assert name in components, f"{where} {status}"
