@@ -11,14 +11,23 @@ from __future__ import annotations
 
 from functools import wraps
 
-from django.views.decorators.http import require_safe
-
 from accounts.access import operator_required
+from api.errors import error_response
 
 
 def docs_access(view):
+    """``view`` for logged-in operators (others go to the login page), read-only: any
+    other method is the API's JSON 405, as everywhere under /api/."""
+    page = operator_required("")(view)
+
     @wraps(view)
     def wrapper(request, *args, **kwargs):
-        return view(request, *args, **kwargs)
+        if request.method not in ("GET", "HEAD"):
+            return error_response(
+                405,
+                f"{request.method} is not allowed here; use GET",
+                headers={"Allow": "GET, HEAD"},
+            )
+        return page(request, *args, **kwargs)
 
-    return require_safe(operator_required("")(wrapper))
+    return wrapper

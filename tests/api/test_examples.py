@@ -55,9 +55,7 @@ def _send(client, argv: list[str], variables: dict[str, str]):
     assert "$" not in url, f"an example names a variable the test does not know: {url}"
     parts = urlsplit(url)
     meta = {
-        f"HTTP_{k.upper().replace('-', '_')}": v
-        for k, v in headers.items()
-        if k != "Content-Type"
+        f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items() if k != "Content-Type"
     }
     return client.generic(
         method,

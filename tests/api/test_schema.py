@@ -173,7 +173,9 @@ def test_the_documentation_is_for_the_tenants_operators(client, tenant, make_ope
         anonymous = client.get(path)
         assert anonymous.status_code == 302
         assert anonymous["Location"].startswith("/accounts/login/?next=")
-        assert client.post(path).status_code == 405
+        wrong = client.post(path)
+        assert wrong.status_code == 405 and wrong["Allow"] == "GET, HEAD"
+        assert wrong.json()["error"] == "POST is not allowed here; use GET"
 
 
 def test_a_token_is_no_way_into_the_documentation(client, tenant, make_operator):
