@@ -15,7 +15,7 @@ from accounts.models import ApiToken
 from accounts.privacy import mask, mask_text, shown_error
 from accounts.services import for_tenant
 from agentruns.marks import MARKS
-from agentruns.models import Run, RunStatus
+from agentruns.models import Run, RunStatus, StepKind, StepStatus
 from agentruns.runtime import (
     AdmissionError,
     CancelRefused,
@@ -61,9 +61,9 @@ class OwnerOut(Schema):
 
 class StepOut(Schema):
     step_id: str = Field(description="position, kind and name: `0004.tool.issue_refund`")
-    kind: str
+    kind: StepKind
     name: str
-    status: str
+    status: StepStatus = Field(description="docs/architecture.md §2.2")
     attempts: int
     ambiguous_attempts: int = Field(description="attempts whose outcome was not known at once")
     is_effect: bool = Field(description="the step may change the outside world")
@@ -94,7 +94,7 @@ class RunOut(Schema):
     version: int = Field(description="the agent version the run is pinned to")
     request_id: str
     dedupe_key: str | None
-    status: str = Field(description="the run's state (docs/architecture.md §2.1)")
+    status: RunStatus = Field(description="the run's state (docs/architecture.md §2.1)")
     terminal: bool
     outcome: str = Field(description="what happened, masked as on the pages")
     outcome_code: str = Field(description='what the ending means ("refund_refused"), or ""')
