@@ -76,9 +76,35 @@ class ApiToken(models.Model):
     and what it starts is requested by the owner (who therefore cannot approve it).
     """
 
+    # What a token may be used for (docs/api.md, "Scopes"). A scope is what the client
+    # system was trusted with; the owner's permission (the second column) is what the
+    # person may do: a request needs both. A token keeps the list it was issued with,
+    # so one issued with the first two can still do exactly what it could.
     SCOPE_START = "runs:start"
     SCOPE_READ = "runs:read"
-    SCOPES = (SCOPE_START, SCOPE_READ)
+    SCOPE_CANCEL = "runs:cancel"
+    SCOPE_RETRY = "runs:retry"
+    SCOPE_APPROVALS_READ = "approvals:read"
+    SCOPE_APPROVALS_DECIDE = "approvals:decide"
+    SCOPE_CASES_READ = "cases:read"
+    SCOPE_CASES_SETTLE = "cases:settle"
+    SCOPE_AUDIT_READ = "audit:read"
+    # scope -> (the owner's permission it needs, what it allows)
+    SCOPE_RIGHTS = {
+        SCOPE_START: ("start_runs", "start runs"),
+        SCOPE_READ: ("view_runs", "list and read runs and their steps"),
+        SCOPE_CANCEL: ("cancel_runs", "cancel runs"),
+        SCOPE_RETRY: ("retry_runs", "make a waiting run retry now"),
+        SCOPE_APPROVALS_READ: ("view_runs", "list and read approvals"),
+        SCOPE_APPROVALS_DECIDE: ("decide_approvals", "approve or reject actions"),
+        SCOPE_CASES_READ: ("view_runs", "list and read reconciliation cases"),
+        SCOPE_CASES_SETTLE: (
+            "settle_effects",
+            "look up, record observations on and resolve reconciliation cases",
+        ),
+        SCOPE_AUDIT_READ: ("view_audit", "read the audit log"),
+    }
+    SCOPES = tuple(SCOPE_RIGHTS)
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
     # Null only for tokens issued before tokens had owners: the API refuses those.

@@ -190,6 +190,47 @@ def matching_runs(tenant: Tenant, params) -> QuerySet[Run]:
     return _in_tab(runs, state, group).order_by("-created_at", "-id")
 
 
+def runs_filtered(
+    tenant: Tenant,
+    *,
+    states: list[str] | None = None,
+    agent: str = "",
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    request_id: str = "",
+    order_id: str = "",
+    effect_key: str = "",
+    marks: list[str] | None = None,
+    outcome: str = "",
+) -> QuerySet[Run]:
+    """The tenant's runs under the API's filters, unordered; every filter given must
+    hold (``states``: any of them; ``marks``: all of them). Names are checked by the
+    caller: an unknown state or mark here matches nothing."""
+    runs = for_tenant(Run.objects.all(), tenant)
+    if states:
+        runs = runs.filter(status__in=states)  # run_tenant_status index
+    if agent:
+        runs = runs.filter(agent_name=agent)
+    if created_after is not None:
+        runs = runs.filter(created_at__gte=created_after)
+    if created_before is not None:
+        runs = runs.filter(created_at__lt=created_before)
+    if request_id:
+        runs = runs.filter(request_id=request_id)  # run_unique_request_id_per_tenant
+    if order_id:
+        runs = runs.filter(input__order_id=order_id)  # run_tenant_order_id
+    if effect_key:
+        # As the page's search: the step's run looked up first (a unique index), no join.
+        owner = Step.objects.filter(effect_key=effect_key).values_list("run_id", flat=True)
+        runs = runs.filter(pk__in=list(owner[:1]))
+    for slug in marks or ():
+        mark = MARKS.get(slug)
+        runs = runs.filter(mark.condition) if mark is not None else runs.none()
+    if outcome:
+        runs = runs.filter(outcome_code=outcome)  # run_tenant_outcome index
+    return runs
+
+
 class StepTiming(NamedTuple):
     """How long a step's call took, and apart from it how long the step waited and for what.
 
@@ -358,13 +399,29 @@ class StepRow(NamedTuple):
     open_case: Any
     timing: StepTiming | None = None
     may_land_until: datetime | None = None
+    # The step's latest approval and its case, whatever their state (or None).
+    approval: Any = None
+    case: Any = None
+
+
+def run_step_rows(run: Run) -> list[StepRow]:
+    """The run's steps in order, each with its approval, case, timing and send deadline:
+    what the run page's timeline and the API's run show."""
+    approvals = list(run.approvals.order_by("-id"))
+    cases = list(run.cases.order_by("id"))
+    return _step_rows(run, list(run.steps.order_by("seq")), approvals, cases)
 
 
 def _step_rows(run: Run, steps: list[Step], approvals: list, cases: list) -> list[StepRow]:
+    """``approvals`` newest first; ``cases`` any order."""
     # At most one of each per step: one pending approval per (run, step_id)
     # (approval_one_live_per_step) and one case per step (a one-to-one).
     pending = {approval.step_id: approval for approval in approvals if approval.is_pending}
     open_cases = {case.step_id: case for case in cases if case.is_open}
+    latest: dict[str, Any] = {}
+    for approval in approvals:
+        latest.setdefault(approval.step_id, approval)
+    case_of = {case.step_id: case for case in cases}
     consumed = {a.consumed_by_effect_key for a in approvals if a.consumed_by_effect_key}
     asked = {approval.step_id for approval in approvals}
     rows = []
@@ -374,7 +431,17 @@ def _step_rows(run: Run, steps: list[Step], approvals: list, cases: list) -> lis
         timing = step_timing(
             step, approved=step.effect_key in consumed, asked=step.step_id in asked
         )
-        rows.append(StepRow(step, approval, case, timing, send_may_land_until(run, step)))
+        rows.append(
+            StepRow(
+                step,
+                approval,
+                case,
+                timing,
+                send_may_land_until(run, step),
+                latest.get(step.step_id),
+                case_of.get(step.pk),
+            )
+        )
     return rows
 
 

@@ -54,6 +54,8 @@ INSTALLED_APPS = [
     "template_partials",
     "django_q",
     "channels",
+    # The API's framework: its templates and static files serve /api/v1/docs locally.
+    "ninja",
     # Before the apps: its login signal receivers run before the audit's (config/wiring.py).
     "axes",
     "accounts",
@@ -64,6 +66,7 @@ INSTALLED_APPS = [
     "bulk",
     "notifications",
     "webhooks",
+    "api",
     "support",
     "sandbox",
     # The composition root: wires the apps above together (config/wiring.py).

@@ -4,7 +4,9 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from accounts import views as accounts_views
-from agentruns import api
+from api import errors as api_errors
+from api import legacy as api_legacy
+from api import v1 as api_v1
 from config import health, metrics
 
 urlpatterns = [
@@ -18,6 +20,9 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
+    # The API (api/v1.py; docs/api.md), and its two addresses from before v1.
+    path("api/v1/", api_v1.urls),
+    path("api/", api_legacy.urls),
     path("", include("agentruns.urls")),
     path("", include("approvals.urls")),
     path("", include("reconciliation.urls")),
@@ -26,5 +31,5 @@ urlpatterns = [
     path("", include("bulk.urls")),
     path("", include("webhooks.urls")),
     # Last: every other address under /api/ is a JSON 404, never the site's HTML page.
-    re_path(r"^api/(?P<path>.*)$", api.not_found, name="api-not-found"),
+    re_path(r"^api/(?P<path>.*)$", api_errors.not_found, name="api-not-found"),
 ]

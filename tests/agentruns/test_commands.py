@@ -63,6 +63,9 @@ def test_advancerun_and_showrun_drive_and_describe_a_run(tenant):
     assert _call("advancerun", run_id) == "finished:completed"
     shown = json.loads(_call("showrun", run_id))
     assert shown["status"] == "completed"
+    # The run page's and the API's step fields too (agentruns.selectors.run_step_rows).
+    assert {"in_flight", "may_land_until", "approval_id", "case_id"} <= set(shown["steps"][1])
+    assert shown["steps"][1]["in_flight"] is False and shown["steps"][1]["case_id"] is None
     assert [s["step_id"] for s in shown["steps"]] == [
         "0000.model.chat",
         "0001.tool.order_status",

@@ -22,6 +22,7 @@ PACKAGES = (
     "bulk",
     "notifications",
     "webhooks",
+    "api",
     "support",
     "examples",
     "sandbox",
@@ -44,6 +45,9 @@ ALLOWED = {
     "notifications": {"accounts", "agentruns", "approvals", "reconciliation"},
     # Tells a tenant's systems of runs, approvals and cases, on notifications' path.
     "webhooks": {"accounts", "agentruns", "approvals", "reconciliation", "notifications"},
+    # The API (api/v1.py) serves what the console does, through the same selectors and
+    # services; nothing below it imports it.
+    "api": {"accounts", "agentruns", "approvals", "reconciliation"},
     "support": {"agentruns"},
     "examples": {"agentruns"},
     "sandbox": set(),

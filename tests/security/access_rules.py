@@ -106,6 +106,9 @@ API_CSRF = (
     "so a forged cross-site request carries no credential"
 )
 
+# An address under /api/ that names nothing: a JSON 404 for every method and caller.
+API_NOWHERE = Rule(get=everyone(404), post=everyone(404), csrf_exempt=API_CSRF, json=True)
+
 RULES: dict[str, Rule] = {
     # --- the site's own pages
     "/": Rule(get=everyone(302), post=everyone(302)),  # to the runs list
@@ -126,9 +129,28 @@ RULES: dict[str, Rule] = {
     "readyz": Rule(get=everyone(503)),  # no sweeper holds its lease in tests
     "metrics": Rule(get=everyone(401)),  # the tests set HOLDFAST_METRICS_TOKEN
     # --- the runs API: a session is no credential (API_TOKEN_RULES: with a token)
-    "api-start-run": Rule(get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True),
-    "api-get-run": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
-    "api-not-found": Rule(get=everyone(404), post=everyone(404), csrf_exempt=API_CSRF, json=True),
+    # The two addresses from before v1 (api/legacy.py), served as v1 serves them.
+    "api-legacy:api-start-run": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
+    "api-legacy:api-get-run": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    "api-legacy:api-root": API_NOWHERE,
+    "api-not-found": API_NOWHERE,
+    # --- the API, v1 (api/v1.py): API_TOKEN_RULES below with each caller's token
+    "api-v1:api-root": API_NOWHERE,
+    "api-v1:runs": Rule(get=everyone(401), post=everyone(401), csrf_exempt=API_CSRF, json=True),
+    "api-v1:run": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    "api-v1:run-cancel": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
+    "api-v1:run-retry": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
+    "api-v1:audit": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    # Its documentation and OpenAPI document: for the tenant's operators, any role
+    # (api/docs.py says why); read-only, so POST is 405 before access is asked.
+    "api-v1:openapi-view": Rule(get=row(LOGIN, 200, 403, 200, 200, 200, 200, 200, 200)),
+    "api-v1:openapi-json": Rule(get=row(LOGIN, 200, 403, 200, 200, 200, 200, 200, 200)),
     # --- runs
     "run-list": Rule(get=LIST, variants=(PAGE, FRAGMENT, SEARCH)),
     # The overview's charts (view_runs), and the fragment its page re-reads every 30 s.
@@ -188,8 +210,16 @@ GROUP_RULES: dict[str, Rule] = {
 # The runs API with a bearer token issued to the caller (anonymous: none). A token acts
 # as its owner, so it answers as the owner's role does; an empty body is a 400.
 API_TOKEN_RULES: dict[tuple[str, str], dict[str, Cell]] = {
-    ("POST", "api-start-run"): row(401, 400, 403, 403, 403, 400, 403, 403, 400),
-    ("GET", "api-get-run"): row(401, 404, 403, 403, 200, 200, 200, 200, 200),
+    ("POST", "api-legacy:api-start-run"): row(401, 400, 403, 403, 403, 400, 403, 403, 400),
+    ("GET", "api-legacy:api-get-run"): row(401, 404, 403, 403, 200, 200, 200, 200, 200),
+    # runs:start (start_runs), runs:read (view_runs), audit:read (view_audit)
+    ("POST", "api-v1:runs"): row(401, 400, 403, 403, 403, 400, 403, 403, 400),
+    ("GET", "api-v1:runs"): row(401, 200, 403, 403, 200, 200, 200, 200, 200),
+    ("GET", "api-v1:run"): row(401, 404, 403, 403, 200, 200, 200, 200, 200),
+    # runs:cancel (cancel_runs), runs:retry (retry_runs): done (the engine's side stood in for)
+    ("POST", "api-v1:run-cancel"): row(401, 404, 403, 403, 403, 200, 403, 403, 200),
+    ("POST", "api-v1:run-retry"): row(401, 404, 403, 403, 403, 200, 403, 403, 200),
+    ("GET", "api-v1:audit"): row(401, 200, 403, 403, 403, 403, 403, 403, 200),
 }
 
 # A websocket route: True where the socket is accepted, else the code it is closed with:

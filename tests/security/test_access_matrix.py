@@ -335,6 +335,8 @@ def actions(settings, monkeypatch) -> Actions:
 
     monkeypatch.setattr("agentruns.views.run_cancel", cancel)
     monkeypatch.setattr("agentruns.views.run_wake", wake)
+    monkeypatch.setattr("api.runs.run_cancel", cancel)
+    monkeypatch.setattr("api.runs.run_wake", wake)
     monkeypatch.setattr("approvals.services.run_resume", resume)
     return actions
 

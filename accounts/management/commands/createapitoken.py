@@ -23,8 +23,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--scope",
             action="append",
-            choices=[ApiToken.SCOPE_START, ApiToken.SCOPE_READ],
-            help="repeat for several; default: both",
+            choices=ApiToken.SCOPES,
+            help="repeat for several; default: every scope (docs/api.md, Scopes)",
         )
 
     def handle(self, *args, name, owner, scope, **options):
