@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
+from django.db import connection
+from django.test import Client
 
 from accounts.models import ApiToken, AuditEntry
 from accounts.privacy import error_reference
@@ -345,3 +348,49 @@ def test_settling_needs_the_scope_and_the_permission(
         assert response.status_code == 403
         assert "vic" in response.json()["error"]
     assert _trail(case) == before
+
+
+def test_a_resolution_through_the_api_racing_one_through_the_page_leaves_one(
+    rita, case, tenant, make_operator
+):
+    seen = _found_nothing(rita, case)
+    page = Client()
+    page.force_login(make_operator(tenant, "reconciler", username="rob"))
+    barrier = threading.Barrier(2)
+    answers: dict[str, int] = {}
+
+    def through_the_api() -> None:
+        try:
+            barrier.wait(timeout=10)
+            body = {**seen, "resolution": "cancel", "note": "by rita"}
+            answers["api"] = rita.post(f"/cases/{case.pk}/resolution", body).status_code
+        finally:
+            connection.close()
+
+    def through_the_page() -> None:
+        try:
+            form = {
+                "resolution": "retry",
+                "seen_version": seen["seen_version"],
+                "seen_lookup_id": seen["seen_observation_id"],
+                "note": "by rob",
+            }
+            barrier.wait(timeout=10)
+            answers["page"] = page.post(f"/reconciliation/{case.pk}/resolve", form).status_code
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=through_the_api), threading.Thread(target=through_the_page)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    case.refresh_from_db()
+    assert case.status == "resolved"
+    if case.resolved_by == "user:rita":
+        assert case.resolution == "cancel" and answers == {"api": 200, "page": 409}
+    else:
+        assert case.resolved_by == "user:rob"
+        assert case.resolution == "retry" and answers == {"api": 409, "page": 302}
+    assert AuditEntry.objects.filter(action__startswith="case.resolve").count() == 1
