@@ -56,6 +56,12 @@ def token_actor(token: ApiToken) -> str:
     return f"token:{token.name} ({token.prefix}…)"
 
 
+def through(token: ApiToken | None, after: dict[str, Any]) -> dict[str, Any]:
+    """An audit entry's ``after`` for an action taken through ``token`` (named in it, so
+    the trail tells a click from a client system's call), or ``after`` as it is."""
+    return {**after, "token": token_actor(token)} if token is not None else after
+
+
 def for_tenant(queryset, tenant: Tenant):
     """The one place where what a caller may see is narrowed to their tenant.
 

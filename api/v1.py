@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ninja import Swagger
 
-from api import audit, runs
+from api import approvals, audit, cases, runs
 from api.docs import docs_access
 from api.errors import json_urls
 from api.frame import HoldfastAPI
@@ -20,7 +20,7 @@ from api.frame import HoldfastAPI
 DESCRIPTION = """\
 Holdfast runs AI agents as durable workflows. This API lets the systems around it do
 what an operator does in the console: start runs and follow them, cancel them or make
-them retry now, and read the audit log.
+them retry now, decide approvals, settle reconciliation cases, and read the audit log.
 
 **Authentication.** Every request carries `Authorization: Bearer hft_…`, a token issued
 to an operator (`manage.py createapitoken NAME --owner USERNAME`, or in the admin). The
@@ -50,6 +50,8 @@ api = HoldfastAPI(
 )
 
 api.add_router("/runs", runs.router, tags=["runs"])
+api.add_router("/approvals", approvals.router, tags=["approvals"])
+api.add_router("/cases", cases.router, tags=["cases"])
 api.add_router("/audit", audit.router, tags=["audit"])
 
 urls = json_urls(api.urls)

@@ -14,8 +14,9 @@ from django.db import transaction
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
+from accounts.models import ApiToken
 from accounts.privacy import error_reference, shown_error
-from accounts.services import audit_record, user_actor_name
+from accounts.services import audit_record, through, user_actor_name
 from agentruns.dbclock import DbNow
 from agentruns.models import Run, RunStatus, Step
 from agentruns.money import state_changes
@@ -84,8 +85,11 @@ def approval_decide(
     seen_args_hash: str,
     note: str = "",
     request=None,
+    token: ApiToken | None = None,
 ) -> Approval:
     """Record one decision on a pending approval and wake its run.
+
+    ``token``: the API token the decision came through, named in the audit entry.
 
     The decision is a compare-and-set on ``status = pending`` with the hash the
     operator saw and the database's clock for the expiry: two clicks, two tabs
@@ -149,7 +153,7 @@ def approval_decide(
             object_type="approval",
             object_id=approval.pk,
             before={"status": ApprovalStatus.PENDING.value, "args_hash": approval.args_hash},
-            after=_snapshot(current),
+            after=through(token, _snapshot(current)),
             request=request,
         )
         for hook in _decided_hooks:

@@ -17,7 +17,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 
-from accounts.services import audit_record, user_actor_name
+from accounts.models import ApiToken
+from accounts.services import audit_record, through, user_actor_name
 from agentruns.dbclock import DbNow, now_sql
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime import CallInfo, Guard, LookupResult
@@ -97,14 +98,19 @@ def _append(case: ReconciliationCase, **values: Any) -> ProviderLookup:
 
 
 def case_lookup_now(
-    *, case: ReconciliationCase, actor: str = SYSTEM, request=None
+    *,
+    case: ReconciliationCase,
+    actor: str = SYSTEM,
+    request=None,
+    token: ApiToken | None = None,
 ) -> ProviderLookup:
     """Ask the provider what happened under the case's effect key; settle it if it can tell.
 
     A conclusive "found" with what was intended settles the case as happened; a
     conclusive "absent" settles it as did-not-happen-send-again (once). Anything
     else is recorded and leaves the case open; an unreachable provider is asked
-    again by the sweeper with backoff.
+    again by the sweeper with backoff. ``token``: the API token the request came
+    through, named in the audit entry.
     """
     if not case.can_look_up:
         raise CaseRefused(
@@ -142,7 +148,7 @@ def case_lookup_now(
         ReconciliationCase.objects.filter(pk=case.pk, status=CaseStatus.OPEN).update(
             lookup_failures=failures, next_lookup_at=DbNow() + lookup_backoff(failures)
         )
-        _audit_lookup(case, actor, lookup, request)
+        _audit_lookup(case, actor, lookup, request, token)
         return lookup
     result = found.result or {}
     if found.outcome == "found":
@@ -167,7 +173,7 @@ def case_lookup_now(
     )
     # An answer, even an inconclusive one: no more automatic asking.
     ReconciliationCase.objects.filter(pk=case.pk).update(next_lookup_at=None)
-    _audit_lookup(case, actor, lookup, request)
+    _audit_lookup(case, actor, lookup, request, token)
     case.refresh_from_db()
     if lookup.conclusive and case.is_open:
         automatic = {Outcome.SUCCEEDED: Resolution.HAPPENED, Outcome.NOT_FOUND: Resolution.RETRY}
@@ -199,6 +205,7 @@ def case_record_lookup(
     observed_amount: int | None = None,
     observed_currency: str = "",
     request=None,
+    token: ApiToken | None = None,
 ) -> ProviderLookup:
     """Record what an operator found in the provider's own dashboard or records."""
     note = (note or "").strip()
@@ -232,23 +239,26 @@ def case_record_lookup(
         observed_currency=(observed_currency or case.currency or "").lower()[:3],
         note=note[:5000],
     )
-    _audit_lookup(case, user_actor_name(user), lookup, request)
+    _audit_lookup(case, user_actor_name(user), lookup, request, token)
     return lookup
 
 
-def _audit_lookup(case, actor: str, lookup: ProviderLookup, request) -> None:
+def _audit_lookup(case, actor: str, lookup: ProviderLookup, request, token=None) -> None:
     audit_record(
         tenant=case.tenant,
         actor=actor,
         action=f"case.lookup.{lookup.method}",
         object_type="case",
         object_id=case.pk,
-        after={
-            "lookup": lookup.pk,
-            "outcome": lookup.outcome,
-            "reference": lookup.provider_reference,
-            "amount": lookup.observed_amount,
-        },
+        after=through(
+            token,
+            {
+                "lookup": lookup.pk,
+                "outcome": lookup.outcome,
+                "reference": lookup.provider_reference,
+                "amount": lookup.observed_amount,
+            },
+        ),
         request=request,
     )
 
@@ -387,10 +397,12 @@ def case_resolve(
     user=None,
     actor: str | None = None,
     request=None,
+    token: ApiToken | None = None,
 ) -> ReconciliationCase:
     """Settle the case as ``resolution``; the engine acts on it in the same commit.
 
-    ``seen_version`` and ``seen_lookup_id`` are what the operator was looking at.
+    ``seen_version`` and ``seen_lookup_id`` are what the operator was looking at;
+    ``token``: the API token the resolution came through, named in the audit entry.
     """
     by = actor or user_actor_name(user)
     note = (note or "").strip()
@@ -457,12 +469,15 @@ def case_resolve(
         object_type="case",
         object_id=case.pk,
         before={"status": CaseStatus.OPEN.value, "version": seen_version},
-        after={
-            "status": case.status,
-            "resolution": resolution,
-            "lookup": seen_lookup_id,
-            "run_outcome": outcome,
-        },
+        after=through(
+            token,
+            {
+                "status": case.status,
+                "resolution": resolution,
+                "lookup": seen_lookup_id,
+                "run_outcome": outcome,
+            },
+        ),
         request=request,
     )
     _resolved(case)

@@ -147,6 +147,23 @@ RULES: dict[str, Rule] = {
         get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
     ),
     "api-v1:audit": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    "api-v1:approvals": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    "api-v1:approval": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    "api-v1:cases": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    "api-v1:case": Rule(get=everyone(401), csrf_exempt=API_CSRF, json=True),
+    # The actions take POST only: GET is a JSON 405 before any token is asked for.
+    "api-v1:approval-decision": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
+    "api-v1:case-lookup": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
+    "api-v1:case-observations": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
+    "api-v1:case-resolution": Rule(
+        get=everyone(405), post=everyone(401), csrf_exempt=API_CSRF, json=True
+    ),
     # Its documentation and OpenAPI document: for the tenant's operators, any role
     # (api/docs.py says why); read-only, so POST is 405 before access is asked.
     "api-v1:openapi-view": Rule(get=row(LOGIN, 200, 403, 200, 200, 200, 200, 200, 200)),
@@ -220,6 +237,18 @@ API_TOKEN_RULES: dict[tuple[str, str], dict[str, Cell]] = {
     ("POST", "api-v1:run-cancel"): row(401, 404, 403, 403, 403, 200, 403, 403, 200),
     ("POST", "api-v1:run-retry"): row(401, 404, 403, 403, 403, 200, 403, 403, 200),
     ("GET", "api-v1:audit"): row(401, 200, 403, 403, 403, 403, 403, 403, 200),
+    # approvals:read and cases:read (view_runs): another tenant's operator lists their
+    # own tenant's (none of these) and finds none of this tenant's.
+    ("GET", "api-v1:approvals"): row(401, 200, 403, 403, 200, 200, 200, 200, 200),
+    ("GET", "api-v1:approval"): row(401, 404, 403, 403, 200, 200, 200, 200, 200),
+    ("GET", "api-v1:cases"): row(401, 200, 403, 403, 200, 200, 200, 200, 200),
+    ("GET", "api-v1:case"): row(401, 404, 403, 403, 200, 200, 200, 200, 200),
+    # approvals:decide (decide_approvals: approver, admin) and cases:settle
+    # (settle_effects: reconciler, admin); an empty body is a 400, past access.
+    ("POST", "api-v1:approval-decision"): row(401, 400, 403, 403, 403, 403, 400, 403, 400),
+    ("POST", "api-v1:case-lookup"): row(401, 400, 403, 403, 403, 403, 403, 400, 400),
+    ("POST", "api-v1:case-observations"): row(401, 400, 403, 403, 403, 403, 403, 400, 400),
+    ("POST", "api-v1:case-resolution"): row(401, 400, 403, 403, 403, 403, 403, 400, 400),
 }
 
 # A websocket route: True where the socket is accepted, else the code it is closed with:
