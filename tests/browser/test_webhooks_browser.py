@@ -18,7 +18,19 @@ pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pyte
 
 
 @pytest.fixture(scope="module")
-def live_server_url(sandbox_provider, live_server_url):
+def private_addresses():
+    """The sandbox's receiver listens on 127.0.0.1: allowed, in the live server (set
+    before it forks) and in the test's own process."""
+    from django.conf import settings
+
+    saved = settings.HOLDFAST_WEBHOOK_ALLOW_PRIVATE
+    settings.HOLDFAST_WEBHOOK_ALLOW_PRIVATE = True
+    yield
+    settings.HOLDFAST_WEBHOOK_ALLOW_PRIVATE = saved
+
+
+@pytest.fixture(scope="module")
+def live_server_url(sandbox_provider, private_addresses, live_server_url):
     return live_server_url
 
 
