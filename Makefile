@@ -79,6 +79,8 @@ migrate: setup
 run: export HOLDFAST_SSL_REDIRECT ?= false
 run: export HOLDFAST_SECURE_COOKIES ?= false
 run: export HOLDFAST_DEMO_PASSWORD ?= holdfast-demo
+# The sandbox's webhook receiver (http://127.0.0.1:12111/hooks/<channel>) is local.
+run: export HOLDFAST_WEBHOOK_ALLOW_PRIVATE ?= true
 run: migrate
 	$(BIN)/python manage.py seeddemo
 	@# Metrics files of the processes of an earlier start (prometheus multiprocess mode).

@@ -361,6 +361,9 @@ HOLDFAST_WEBHOOK_URL = env_str("HOLDFAST_WEBHOOK_URL", "")
 HOLDFAST_BASE_URL = env_str("HOLDFAST_BASE_URL", "http://127.0.0.1:8000")
 # How long one webhook attempt waits for the endpoint's answer (at most the tool's 15 s).
 HOLDFAST_WEBHOOK_TIMEOUT_SECONDS = env_float("HOLDFAST_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+# Whether a tenant's webhook endpoint may be a loopback or private address (webhooks.addresses):
+# for local development and tests against the sandbox only.
+HOLDFAST_WEBHOOK_ALLOW_PRIVATE = env_bool("HOLDFAST_WEBHOOK_ALLOW_PRIVATE", False)
 # How long an operator's digest period is: one digest email per period that held notices.
 HOLDFAST_DIGEST_SECONDS = env_int("HOLDFAST_DIGEST_SECONDS", 3600)
 # Where a tenant's ``file:<name>`` secret references are read from.

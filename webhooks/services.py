@@ -34,6 +34,7 @@ from approvals.models import Approval, ApprovalStatus
 from notifications.agents import NOTIFY_AGENTS
 from reconciliation.models import CaseStatus, ReconciliationCase
 from webhooks import payloads
+from webhooks.addresses import address_problem
 from webhooks.agents import WEBHOOK_AGENTS, WEBHOOK_DELIVER
 from webhooks.models import (
     EventType,
@@ -79,6 +80,8 @@ def _checked(url: str, events: Iterable[str]) -> tuple[str, list[str]]:
     url = (url or "").strip()
     if not url.startswith(("https://", "http://")):
         raise EndpointRefused("the address must be an http:// or https:// URL")
+    if problem := address_problem(url):
+        raise EndpointRefused(problem)
     chosen = [value for value in EventType.values if value in set(events)]
     unknown = set(events) - set(EventType.values)
     if unknown:

@@ -13,6 +13,8 @@ Standard Webhooks contract instead of Slack's:
   408, 429 with its Retry-After, a timeout, a refused or dropped connection) is sent
   again later under the same id, with the tool's backoff, until ``MAX_ATTEMPTS``,
   after which the delivery is given up;
+- an endpoint whose address became a private or local one is refused before the
+  attempt (``webhooks.addresses``);
 - the secret is read from the endpoint at each attempt and goes only into the
   signature: never into the step's stored request, its result or an error.
 
@@ -34,6 +36,7 @@ from pydantic import BaseModel, Field
 from agentruns.runtime import CallInfo, ProviderBusy, RetryPolicy, ToolRefused, idempotent, tool
 from notifications.tools import never_connected, retry_after_seconds, webhook_body
 from webhooks import signing
+from webhooks.addresses import address_problem
 from webhooks.models import DeliveryStatus, WebhookDelivery
 
 # A receiver keeps the ids it saw at least this long (README "Webhooks").
@@ -110,6 +113,9 @@ def deliver_webhook(request: dict, call: CallInfo) -> dict:
     if not endpoint.is_active:
         WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.SKIPPED)
         raise ToolRefused("the endpoint is disabled", error_class="endpoint_disabled")
+    if problem := address_problem(endpoint.url):
+        _record(delivery, DeliveryStatus.REFUSED, code=None, error=problem)
+        raise ToolRefused(problem, error_class="private_address")
     body = webhook_body(delivery.event.payload)
     headers = {
         "Content-Type": "application/json",

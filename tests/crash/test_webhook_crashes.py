@@ -54,6 +54,8 @@ def _message_id(refunds: RefundWorld) -> str:
 
 def test_a_worker_killed_mid_delivery_leaves_one_delivery_per_webhook_id(refunds: RefundWorld):
     refunds.world.env["HOLDFAST_AGENT_MODULES"] = "support.agents,webhooks.agents"
+    # The sandbox's receiver listens on 127.0.0.1.
+    refunds.world.env["HOLDFAST_WEBHOOK_ALLOW_PRIVATE"] = "true"
     _make_endpoint(refunds, f"{refunds.sandbox.url}/hooks/crash-hooks")
 
     # Killed after the receiver took it, before the step recorded the answer: the

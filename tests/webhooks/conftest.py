@@ -55,6 +55,8 @@ class World:
 @pytest.fixture
 def world(sandbox, settings, tenant, make_operator) -> World:
     point_at_sandbox(settings, sandbox)
+    # The sandbox's receiver listens on 127.0.0.1.
+    settings.HOLDFAST_WEBHOOK_ALLOW_PRIVATE = True
     harness = refund_harness(tenant, webhook_deliver)
     # The engine's ending path tells webhooks, as config/wiring.py installs it.
     harness.engine = harness.build(ended=run_ended_hook)

@@ -274,3 +274,15 @@ def test_a_redirect_is_not_followed_and_refuses_the_delivery(world):
     delivery = world.only_delivery()
     assert (delivery.status, delivery.last_status_code) == (DeliveryStatus.REFUSED, 307)
     assert world.received() == []
+
+
+def test_an_endpoint_that_became_a_private_address_is_sent_nothing(world, settings):
+    world.endpoint()
+    world.refund_ended()
+    settings.HOLDFAST_WEBHOOK_ALLOW_PRIVATE = False
+    [run] = world.deliver_all()
+    assert run.outcome_code == "private_address"
+    delivery = world.only_delivery()
+    assert delivery.status == DeliveryStatus.REFUSED
+    assert "private or local network" in delivery.last_error
+    assert world.received() == []

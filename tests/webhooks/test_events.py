@@ -189,3 +189,25 @@ def test_a_case_opened_and_resolved_raises_its_events(world):
     assert resolved.payload["data"]["status"] == "resolved"
     assert resolved.payload["data"]["resolution"] == "retry"
     assert events_missed() == 0
+
+
+def test_the_sweeper_duty_repairs_at_most_once_per_interval(world, monkeypatch):
+    from webhooks import services
+
+    world.endpoint()
+    world.harness.engine = world.harness.build()
+    first = world.refund_ended()
+    clock = [1_000.0]
+    monkeypatch.setattr(services.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(services, "_last_repair", 0.0)
+    services.webhooks_duty(None)
+    assert [e.object_id for e in _events()] == [str(first.pk)]
+    # Another fact missed its hook: not looked for again within the interval.
+    second = world.refund_ended()
+    clock[0] += services.REPAIR_INTERVAL_SECONDS - 1
+    services.webhooks_duty(None)
+    assert len(_events()) == 1
+    clock[0] += 1
+    services.webhooks_duty(None)
+    assert {e.object_id for e in _events()} == {str(first.pk), str(second.pk)}
+    assert all(d.run_id for d in WebhookDelivery.objects.all())

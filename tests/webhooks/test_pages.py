@@ -209,3 +209,18 @@ def test_the_log_is_pushed_when_a_delivery_moves(world, ada):
 
     async_to_sync(scenario)()
     assert endpoint.deliveries.get().status == DeliveryStatus.DELIVERED
+
+
+def test_a_private_or_local_address_is_refused(ada, settings):
+    settings.HOLDFAST_WEBHOOK_ALLOW_PRIVATE = False
+    for url in (
+        "http://127.0.0.1:8000/hooks",
+        "http://10.0.0.5/in",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/in",
+        "http://localhost/in",
+    ):
+        response = ada.post("/webhooks/new/", {**FORM, "url": url})
+        assert response.status_code == 400, url
+        assert "events are not posted there" in response.content.decode(), url
+    assert not WebhookEndpoint.objects.exists()
