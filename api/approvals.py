@@ -26,7 +26,7 @@ from accounts.services import for_tenant
 from api.auth import actor, operation
 from api.errors import ApiError, ErrorOut
 from api.money import MoneyOut, money_out
-from api.pagination import Page, PageQuery, paginate
+from api.pagination import Page, PageQuery, only_known_parameters, paginate
 from approvals.models import Approval, ApprovalStatus
 from approvals.selectors import Viewer, approval_card
 from approvals.services import (
@@ -252,6 +252,7 @@ def tenant_approval(token: ApiToken, approval_id: int) -> Approval:
     ),
 )
 def approvals_list(request: HttpRequest, filters: Query[ApprovalFilters]):
+    only_known_parameters(request, filters)
     token: ApiToken = request.auth
     approvals = for_tenant(Approval.objects.select_related("run"), token.tenant)
     if filters.status:

@@ -13,7 +13,7 @@ from accounts.privacy import mask
 from accounts.services import for_tenant
 from api.auth import operation
 from api.errors import ErrorOut
-from api.pagination import Page, PageQuery, paginate
+from api.pagination import Page, PageQuery, only_known_parameters, paginate
 
 router = Router()
 
@@ -70,6 +70,7 @@ def entry_out(entry: AuditEntry) -> dict[str, Any]:
     ),
 )
 def audit_list(request: HttpRequest, filters: Query[AuditFilters]):
+    only_known_parameters(request, filters)
     token: ApiToken = request.auth
     entries = for_tenant(AuditEntry.objects.all(), token.tenant)
     if filters.actor:

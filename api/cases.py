@@ -26,7 +26,7 @@ from accounts.services import for_tenant
 from api.auth import actor, operation
 from api.errors import ApiError, ErrorOut
 from api.money import MoneyOut, money_out
-from api.pagination import Page, PageQuery, paginate
+from api.pagination import Page, PageQuery, only_known_parameters, paginate
 from reconciliation.models import CaseStatus, Outcome, ProviderLookup, ReconciliationCase
 from reconciliation.services import (
     CaseConflict,
@@ -431,6 +431,7 @@ CASE_CONFLICT = (
     ),
 )
 def cases_list(request: HttpRequest, filters: Query[CaseFilters]):
+    only_known_parameters(request, filters)
     token: ApiToken = request.auth
     # Cases are paged by when they opened (a reopened case keeps its place).
     cases = for_tenant(ReconciliationCase.objects.select_related("run"), token.tenant).annotate(

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from django.core import signing
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
+from django.http import HttpRequest
 from ninja import Field, Schema
 
 from api.errors import ApiError
@@ -26,7 +27,7 @@ T = TypeVar("T")
 
 
 class PageQuery(Schema):
-    """Where a page starts and how long it is."""
+    """Where a page starts and how long it is. A list's filters extend it."""
 
     cursor: str | None = Field(
         default=None, description="`next_cursor` of the previous page; absent: the first page"
@@ -63,6 +64,19 @@ def _not_a_cursor() -> ApiError:
         "the cursor is not one this API gave",
         errors={"cursor": ["not a cursor of this list; start again without one"]},
     )
+
+
+def only_known_parameters(request: HttpRequest, filters: PageQuery) -> None:
+    """Refuse (400) a query parameter the list's filters do not name. Ignored, a misspelt
+    filter (``?state=`` for ``?status=``) would answer every row as if each had matched."""
+    unknown = sorted(set(request.GET) - set(type(filters).model_fields))
+    if unknown:
+        known = ", ".join(type(filters).model_fields)
+        raise ApiError(
+            400,
+            "the request has invalid fields",
+            errors={name: [f"not a filter of this list (it takes: {known})"] for name in unknown},
+        )
 
 
 def paginate(queryset: QuerySet, page: PageQuery) -> dict[str, Any]:

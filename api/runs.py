@@ -28,7 +28,7 @@ from agentruns.services import run_cancel, run_start, run_wake
 from agentruns.states import state_of
 from api.auth import actor, audit, operation
 from api.errors import ApiError, ErrorOut
-from api.pagination import Page, PageQuery, paginate
+from api.pagination import Page, PageQuery, only_known_parameters, paginate
 
 router = Router()
 
@@ -180,7 +180,7 @@ MarkName = StrEnum("MarkName", {slug: slug for slug in MARKS})
 
 
 class RunFilters(PageQuery):
-    state: list[RunStatus] | None = Field(
+    status: list[RunStatus] | None = Field(
         default=None, description="any of these states; repeat for several"
     )
     agent: str | None = Field(default=None, max_length=100)
@@ -264,10 +264,11 @@ def runs_start(request: HttpRequest, body: StartRunIn):
     ),
 )
 def runs_list(request: HttpRequest, filters: Query[RunFilters]):
+    only_known_parameters(request, filters)
     token: ApiToken = request.auth
     runs = runs_filtered(
         token.tenant,
-        states=[state.value for state in filters.state or ()],
+        states=[status.value for status in filters.status or ()],
         agent=(filters.agent or "").strip(),
         created_after=filters.created_after,
         created_before=filters.created_before,

@@ -68,7 +68,7 @@ def test_a_token_with_the_scopes_issued_before_v1_keeps_exactly_its_rights(
         ({"limit": "0"}, "limit"),
         ({"limit": "201"}, "limit"),
         ({"limit": "many"}, "limit"),
-        ({"state": "nope"}, "state"),
+        ({"status": "nope"}, "status"),
         ({"mark": "famous"}, "mark"),
         ({"created_after": "yesterday"}, "created_after"),
     ],
@@ -79,6 +79,25 @@ def test_bad_query_values_are_400_with_the_field(api, params, field):
     body = response.json()
     assert body["error"] == "the request has invalid fields"
     assert list(body["errors"]) == [field]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "field"),
+    [
+        ("/runs", {"state": "completed"}, "state"),
+        ("/runs", {"agnet": "refund_support"}, "agnet"),
+        ("/approvals", {"state": "pending"}, "state"),
+        ("/cases", {"open": "1"}, "open"),
+    ],
+)
+def test_a_query_parameter_no_filter_names_is_refused_not_ignored(api, path, params, field):
+    # Ignored, a misspelt filter would answer every row as if each had matched.
+    response = api.get(path, params)
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "the request has invalid fields"
+    assert list(body["errors"]) == [field]
+    assert body["errors"][field][0].startswith("not a filter of this list (it takes: cursor, limit")
 
 
 @pytest.mark.parametrize(

@@ -96,8 +96,8 @@ def test_the_list_filters_as_the_run_list_does(api, harness):
         effect_key="effect-of-queued",
     )
     cases = [
-        ({"state": "sleeping"}, [sleeping]),
-        ({"state": ["sleeping", "queued"]}, [queued, sleeping, old]),
+        ({"status": "sleeping"}, [sleeping]),
+        ({"status": ["sleeping", "queued"]}, [queued, sleeping, old]),
         ({"agent": "flow"}, [queued, sleeping, old]),
         ({"agent": "other"}, []),
         ({"request_id": "ticket-1"}, [sleeping]),
