@@ -19,12 +19,19 @@ SYSTEM_PROMPT = (
 )
 
 
-class RefundRequest(BaseModel):
+class RefundAsk(BaseModel):
+    """What a customer asks for: the input of both refund agents (this one and its
+    Pydantic AI twin, support/pydantic_agent.py)."""
+
     order_id: str = Field(min_length=1, max_length=64)
     # Minor units; None means the whole remaining amount.
     amount: int | None = Field(default=None, gt=0)
     message: str = Field(default="Please refund my order.", max_length=2000)
     email_customer: bool = False
+
+
+class RefundRequest(RefundAsk):
+    # Which scripted conversation answers: this agent's model is the scripted one.
     scenario: str = "refund"
 
 

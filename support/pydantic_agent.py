@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
@@ -34,20 +34,10 @@ from agentruns.integrations.pydantic_ai import current_call, durable, holdfast_a
 from agentruns.money import format_amount
 from agentruns.runtime import Budget
 from support import tools
+from support.agents import SYSTEM_PROMPT, RefundAsk
 
-INSTRUCTIONS = (
-    "You are a support agent for an online shop. Look the order up before acting. "
-    "Refund amounts are integers in minor units with a currency. Never refund more "
-    "than was paid and not yet refunded. Tell the customer what you did."
-)
-
-
-class RefundRequest(BaseModel):
-    order_id: str = Field(min_length=1, max_length=64)
-    # Minor units; None means the whole remaining amount.
-    amount: int | None = Field(default=None, gt=0)
-    message: str = Field(default="Please refund my order.", max_length=2000)
-    email_customer: bool = False
+# The native agent's words and input: the twin differs only in how it is written.
+INSTRUCTIONS = SYSTEM_PROMPT
 
 
 def refund_conversation(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -197,7 +187,7 @@ OPTIONS: dict[str, Any] = {
     "version": 1,
     "prompt": refund_prompt,
     "outcome": refund_outcome,
-    "input_model": RefundRequest,
+    "input_model": RefundAsk,
     "budget": Budget(max_steps=30, max_model_calls=10),
     "config": {
         # As the native agent's: refunds above these amounts (minor units, per currency)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from agentruns.runtime.claim import Claim
 
 MODEL_RETRY = RetryPolicy(max_attempts=5, initial_delay=1.0, max_delay=30.0, deadline=300.0)
+
+T = TypeVar("T")
 
 
 def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> ModelResponse:
@@ -74,21 +76,34 @@ def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> Model
         tools=[all_tools[n]["schema"] for n in tool_names],
         temperature=temperature,
     )
+    attempt = _Attempt(claim, seq, step_id, step_input, input_hash, recorded)
+    reply, evidence = _asked_once(
+        attempt, spec, lambda timeout: provider.complete(request, timeout=timeout)
+    )
+    return _succeeded(attempt, reply, tool_names, evidence, spec)
+
+
+def _asked_once(
+    attempt: _Attempt, spec: dict[str, Any], ask: Callable[[float], T]
+) -> tuple[T, dict[str, Any]]:
+    """The model asked once, within the pinned timeout, the lease renewed while it
+    answers. A failure is recorded here and stops or retries the run; otherwise returns
+    the answer and the step's evidence."""
+    claim = attempt.claim
     timeout = float(spec.get("timeout", 20.0))
     error: ModelError | None = None
-    reply: ModelReply | None = None
-    called_at = claim.engine.monotonic()
-    observe.call_started(claim.run.agent_name, StepKind.MODEL, "chat", step_id, None)
+    answer: T | None = None
+    attempt.called_at = claim.engine.monotonic()
+    observe.call_started(claim.run.agent_name, StepKind.MODEL, "chat", attempt.step_id, None)
     try:
         with claim.heartbeat(timeout):
-            reply = provider.complete(request, timeout=timeout)
+            answer = ask(timeout)
     except ModelError as exc:
         error = exc
     except Exception as exc:  # an adapter bug: nothing usable came back
         error = ModelUnavailable(f"{type(exc).__name__}: {exc}")
     observe.call_returned(error)
     claim.reach(fault_points.AFTER_CALL_RETURNED, "chat")
-    attempt = _Attempt(claim, seq, step_id, step_input, input_hash, recorded, called_at)
     evidence = {
         "model_provider": spec.get("provider", ""),
         "model_id": spec.get("model", ""),
@@ -97,8 +112,8 @@ def model_step(claim: Claim, messages, *, tools=None, temperature=None) -> Model
     }
     if error is not None:
         _failed(attempt, error, evidence)
-    assert reply is not None
-    return _succeeded(attempt, reply, tool_names, evidence, spec)
+    assert answer is not None
+    return answer, evidence
 
 
 @dataclass(frozen=True)
@@ -149,30 +164,8 @@ def model_exchange(
     claim.boundary(forward=recorded is None, model=recorded is None)
     if recorded is None:
         claim.reach(fault_points.BEFORE_STEP_RECORDED, "chat")
-    timeout = float(spec.get("timeout", 20.0))
-    error: ModelError | None = None
-    answer: ModelAnswer | None = None
-    called_at = claim.engine.monotonic()
-    observe.call_started(claim.run.agent_name, StepKind.MODEL, "chat", step_id, None)
-    try:
-        with claim.heartbeat(timeout):
-            answer = call(timeout)
-    except ModelError as exc:
-        error = exc
-    except Exception as exc:  # an adapter bug: nothing usable came back
-        error = ModelUnavailable(f"{type(exc).__name__}: {exc}")
-    observe.call_returned(error)
-    claim.reach(fault_points.AFTER_CALL_RETURNED, "chat")
-    attempt = _Attempt(claim, seq, step_id, step_input, input_hash, recorded, called_at)
-    evidence = {
-        "model_provider": spec.get("provider", ""),
-        "model_id": spec.get("model", ""),
-        "prompt_version": str(spec.get("prompt_version", "")),
-        "tool_schema_version": claim.snapshot.get("tool_schema_version", ""),
-    }
-    if error is not None:
-        _failed(attempt, error, evidence)
-    assert answer is not None
+    attempt = _Attempt(claim, seq, step_id, step_input, input_hash, recorded)
+    answer, evidence = _asked_once(attempt, spec, call)
     result = json_safe(answer.result)
     if answer.cost_micros is None:
         cost = _priced(spec, answer.input_tokens, answer.output_tokens)
@@ -206,14 +199,15 @@ def _priced(spec: dict[str, Any], input_tokens: int, output_tokens: int) -> int:
 class _Attempt:
     """One call of one model step, as its write needs it."""
 
-    def __init__(self, claim, seq, step_id, step_input, input_hash, recorded, called_at):
+    def __init__(self, claim, seq, step_id, step_input, input_hash, recorded):
         self.claim = claim
         self.seq = seq
         self.step_id = step_id
         self.step_input = step_input
         self.input_hash = input_hash
         self.recorded: Step | None = recorded
-        self.called_at = called_at
+        # When the call was made (engine monotonic time), set as it is made.
+        self.called_at = 0.0
 
     def write(self, values: dict[str, Any], *, started_at: Any = NOW):
         return self.claim.step_write(
