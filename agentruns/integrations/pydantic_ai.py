@@ -51,6 +51,7 @@ import dataclasses
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -482,11 +483,15 @@ class _HoldfastModel(WrapperModel):
         (response,) = ModelMessagesTypeAdapter.validate_python([recorded])
         return response
 
+    @asynccontextmanager
     async def request_stream(self, *args: Any, **kwargs: Any):
         raise NotImplementedError(
             "a Pydantic AI agent on Holdfast is run with agent.run: a streamed response is "
             "not recorded as one step"
         )
+        # A context manager, as Model.request_stream is: entering it raises the refusal
+        # above, not a TypeError about its shape.
+        yield
 
 
 def _request_identity(

@@ -397,3 +397,20 @@ def test_a_tool_asking_the_model_to_retry_is_recorded_as_its_refusal(harness):
             "error": "no order 1001: order ids look like o-1",
         }
     ]
+
+
+def test_a_streamed_model_request_is_refused_saying_why():
+    # A streamed response arrives in pieces and is never recorded as one step, so the
+    # durable model refuses to stream rather than stream what replay cannot give back.
+    import asyncio
+
+    from agentruns.integrations.pydantic_ai import _HoldfastModel
+
+    model = _HoldfastModel(FunctionModel(lambda messages, info: None), bridge=None)
+
+    async def stream():
+        async with model.request_stream([], None, None):
+            pass
+
+    with pytest.raises(NotImplementedError, match="a streamed response is not recorded"):
+        asyncio.run(stream())
