@@ -301,11 +301,12 @@ async def refused_with(socket) -> tuple[int, str]:
     """Connect a live socket the server refuses: it accepts only to say why, then
     closes with its code (a browser retries a handshake refused outright). The code
     and the notice the page shows."""
-    connected, _ = await socket.connect()
+    # Generous timeouts: they only bound a failure, and a loaded CI machine is slow.
+    connected, _ = await socket.connect(timeout=20)
     assert connected, "refused outright: a browser would retry it as an outage"
-    notice = await socket.receive_from(timeout=5)
+    notice = await socket.receive_from(timeout=20)
     assert 'id="live-notice"' in notice, notice
-    closed = await socket.receive_output(timeout=5)
+    closed = await socket.receive_output(timeout=20)
     assert closed["type"] == "websocket.close", closed
     return closed["code"], notice
 

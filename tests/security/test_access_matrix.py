@@ -625,9 +625,9 @@ def test_a_socket_answers_each_caller_as_its_rule_says(db, world, socket, rule, 
     async def scenario():
         communicator = WebsocketCommunicator(application, path, headers=headers)
         if expected is True:
-            connected, code = await communicator.connect(timeout=5)
+            connected, code = await communicator.connect(timeout=20)
             assert connected, f"{path} as {caller}: closed with {code}"
-            snapshot = await communicator.receive_from(timeout=5)
+            snapshot = await communicator.receive_from(timeout=20)
             assert 'id="live-notice"' not in snapshot, f"{path} as {caller}: {snapshot}"
             if caller == OTHER_TENANT:
                 assert world.run_page not in snapshot, f"{path} pushed the other tenant's run"
