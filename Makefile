@@ -87,8 +87,15 @@ run: migrate
 	rm -rf $(VAR_DIR)/prometheus
 	$(BIN)/honcho start -f Procfile
 
+# The suite spends much of its time waiting on the processes it starts and kills (worker
+# clusters, live servers, Chromium), so it runs in TEST_PROCESSES processes (pytest-xdist),
+# a module to a process at a time: a module's fixtures (a live server, a browser) start once.
+# The tests that restart the PostgreSQL or Redis server run after it, alone: a restart
+# would cut the connections of whatever ran beside them.
+TEST_PROCESSES ?= 2
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope -m "not restarts_servers"
+	$(BIN)/python -m pytest -m restarts_servers
 
 lint: setup
 	$(BIN)/ruff check .

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,13 @@ def pytest_load_initial_conftests() -> None:
     # Tests talk plain HTTP to their live servers; with DEBUG off (pytest-django's
     # default too) every request would be redirected to HTTPS.
     os.environ.setdefault("HOLDFAST_SSL_REDIRECT", "false")
+    # `make test` runs the suite in several processes (pytest-xdist): each gets a var
+    # directory of its own under the run's, so their SQLite test databases, blobs,
+    # secrets and metrics files never meet.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        var_dir = Path(os.environ.get("HOLDFAST_VAR_DIR") or Path(__file__).parents[1] / "var")
+        os.environ["HOLDFAST_VAR_DIR"] = str(var_dir / f"xdist-{worker}")
 
 
 def pytest_sessionstart() -> None:

@@ -105,6 +105,7 @@ def _exited(*procs) -> list[str]:
     return [proc.name for proc in procs if proc.popen.poll() is not None]
 
 
+@pytest.mark.restarts_servers
 def test_postgresql_restarted_under_load_loses_no_run_and_repeats_no_refund(refunds):
     cluster = _postgres_cluster()
     if cluster is None:
@@ -231,6 +232,7 @@ def _redis(*command: str) -> subprocess.CompletedProcess:
 
 
 @on_postgresql
+@pytest.mark.restarts_servers
 def test_redis_restarted_under_load_costs_only_pokes(refunds):
     if not shutil.which("redis-server") or _redis("redis-cli", "ping").stdout.strip() != "PONG":
         pytest.skip("needs the local Redis server")
