@@ -184,7 +184,13 @@ class Supervisor:
         self.groups.append(group)
         return group
 
-    def start_cluster(self, workers: int, extra_env: dict[str, str] | None = None) -> Group:
+    def start_cluster(
+        self,
+        workers: int,
+        extra_env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+    ) -> Group:
+        """A cluster of ``workers`` workers: ``manage.py qcluster`` unless ``command`` is given."""
         self.counter += 1
         label = f"c{self.counter}"
         env = {
@@ -192,7 +198,7 @@ class Supervisor:
             CLUSTER_ENV: label,
             **(extra_env or {}),
         }
-        group = self._start(label, "cluster", [PYTHON, MANAGE, "qcluster"], env)
+        group = self._start(label, "cluster", command or [PYTHON, MANAGE, "qcluster"], env)
         group.workers = workers
         progress(f"started cluster {label} (pgid {group.pgid}, {workers} worker(s))")
         return group

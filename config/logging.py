@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -41,6 +42,25 @@ class RunContextFilter(logging.Filter):
             if getattr(record, field, None) is None and field in context:
                 setattr(record, field, context[field])
         return True
+
+
+# django-q2's three INFO lines per task: enqueued (in the process that starts a run),
+# picked up (the worker) and processed (the monitor).
+_TASK_CHATTER = re.compile(r"Enqueued \[|Processed '|\S+ processing \S+ '")
+
+
+class TaskChatterFilter(logging.Filter):
+    """Drops django-q2's per-task INFO lines unless the log level is DEBUG.
+
+    Every run's wake-up is a task, so at INFO they were three lines (and their
+    formatting and writing) per run saying what the run's own events already say;
+    a failed task is still logged (at ERROR), and so are the cluster's start and stop.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO or logging.getLogger().isEnabledFor(logging.DEBUG):
+            return True
+        return not _TASK_CHATTER.match(record.getMessage())
 
 
 class JsonFormatter(logging.Formatter):

@@ -276,7 +276,10 @@ Q_CLUSTER = {
     "retry": HOLDFAST_TASK_TIMEOUT + 30,
     "max_attempts": 1,
     "ack_failures": True,
-    "save_limit": env_int("HOLDFAST_Q_SAVE_LIMIT", 100),
+    # A finished task's row says nothing the run's own events do not (the run is the
+    # record); keeping the last N successes cost the monitor a row lock on each of
+    # them, an insert and a delete per task. -1: successes are not kept, failures are.
+    "save_limit": env_int("HOLDFAST_Q_SAVE_LIMIT", -1),
     "queue_limit": env_int("HOLDFAST_WORKERS", 2),
     "catch_up": False,
     "poll": 0.1,
@@ -407,7 +410,10 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "config.logging.JsonFormatter"},
     },
-    "filters": {"run_context": {"()": "config.logging.RunContextFilter"}},
+    "filters": {
+        "run_context": {"()": "config.logging.RunContextFilter"},
+        "task_chatter": {"()": "config.logging.TaskChatterFilter"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
@@ -416,6 +422,7 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env_str("HOLDFAST_LOG_LEVEL", "INFO")},
+    "loggers": {"django-q": {"filters": ["task_chatter"]}},
 }
 
 # The password seeddemo gives the demo logins it creates. Unset: with DEBUG on the

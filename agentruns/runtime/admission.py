@@ -71,13 +71,16 @@ def start_run(
         raise AdmissionError(str(exc)) from None
     input = _validated_input(agent, input)
     input_hash = content_hash({"agent": agent.name, "input": input})
-    request_id = request_id or uuid.uuid4().hex
-    if len(request_id) > 200:
-        raise InvalidRunInput("request_id is longer than 200 characters")
-
-    existing = Run.objects.filter(tenant=tenant, request_id=request_id).first()
-    if existing is not None:
-        return _same_request(existing, input_hash), False
+    if request_id:
+        if len(request_id) > 200:
+            raise InvalidRunInput("request_id is longer than 200 characters")
+        existing = Run.objects.filter(tenant=tenant, request_id=request_id).first()
+        if existing is not None:
+            return _same_request(existing, input_hash), False
+    else:
+        # A fresh id: no run holds it, so there is nothing to look up first (the
+        # unique constraint still decides, below).
+        request_id = uuid.uuid4().hex
 
     run = Run(
         tenant=tenant,
@@ -142,7 +145,10 @@ def _pinned_snapshot(
 def _insert(run: Run, enqueue: Callable[[uuid.UUID], None] | None) -> None:
     with transaction.atomic():
         run.save(force_insert=True)
-        run.refresh_from_db(fields=["enqueued_at"])
+        if enqueue is not None:
+            # The database's clock stamped it: leave it deferred, read on first use (most
+            # callers never ask), instead of a SELECT per admission.
+            del run.__dict__["enqueued_at"]
         run.events.create(type="created", state_version=0, payload={"by": run.requested_by})
         if enqueue is not None:
             # robust: the run exists once committed; a failed wake-up is the

@@ -74,7 +74,7 @@ def write_end(claim: Claim, ending: Finish) -> str:
         ).values_list("pk", flat=True):
             claim.engine.desk.open_case(str(claim.run_id), pk, str(exc))
         return f"suspended:{RunStatus.EFFECT_UNKNOWN}"
-    code, detail = _outcome(claim, ending)
+    code, detail = _outcome(claim, ending, facts)
     # Marked when an effect of it was undone, whether or not every one was.
     undone = {"compensated": True} if any(fact.compensated for fact in facts) else {}
     claim.decide(
@@ -92,18 +92,24 @@ def write_end(claim: Claim, ending: Finish) -> str:
         },
         event=Event("finished", payload={"status": str(status), "reason": ending.reason}),
     )
-    claim.engine.approvals.withdraw(str(claim.run_id), f"the run ended as {status}")
+    if facts:
+        # An approval is only ever asked for a recorded effect step (gating.plan writes
+        # it first), so a run without effect steps has none to withdraw.
+        claim.engine.approvals.withdraw(str(claim.run_id), f"the run ended as {status}")
     claim.engine.ended(claim.run_id)
     return f"finished:{status}"
 
 
-def _outcome(claim: Claim, ending: Finish) -> tuple[str, str]:
+def _outcome(claim: Claim, ending: Finish, facts: list[EffectFact]) -> tuple[str, str]:
     """What a completed run's end means: what its agent declared, or that an effect of
     it was definitely refused (it completed, but that effect did not happen)."""
     if ending.ending is not Ending.COMPLETED:
         return "", ""
     if claim.declared_outcome is not None:
         return claim.declared_outcome
+    if not any(fact.status == StepStatus.FAILED for fact in facts):
+        # facts are the run's effect tool steps: none failed, none was refused.
+        return "", ""
     refused = (
         Step.objects.filter(run_id=claim.run_id, kind=StepKind.TOOL, status=StepStatus.FAILED)
         .filter(is_effect=True)

@@ -13,6 +13,7 @@ tool, decides what that means for the step (see ``outcomes.classify``):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -202,6 +203,10 @@ class Undo:
     args: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 
+# Tool schemas by (name, description, argument model): see Tool._schema_text.
+_SCHEMAS: dict[tuple[str, str, type[BaseModel]], tuple[str, str]] = {}
+
+
 @dataclass
 class Tool:
     name: str
@@ -227,14 +232,25 @@ class Tool:
             raise ValueError(f"tool {self.name!r} is read-only: there is nothing to approve")
 
     def json_schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.args_model.model_json_schema(),
-            },
-        }
+        return json.loads(self._schema_text()[0])
+
+    def _schema_text(self) -> tuple[str, str]:
+        """The schema as JSON text, and its hash: built once per name, description and
+        argument model (Pydantic builds it afresh on every call, about a millisecond,
+        and every run's admission pins it)."""
+        key = (self.name, self.description, self.args_model)
+        known = _SCHEMAS.get(key)
+        if known is None:
+            schema = {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": self.args_model.model_json_schema(),
+                },
+            }
+            known = _SCHEMAS[key] = (json.dumps(schema), content_hash(schema))
+        return known
 
     def request_for(self, canonical_args: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         if self.build_request is None:
@@ -242,10 +258,10 @@ class Tool:
         return self.build_request(canonical_args, config)
 
     def snapshot(self) -> dict[str, Any]:
-        schema = self.json_schema()
+        schema, schema_hash = self._schema_text()
         return {
-            "schema": schema,
-            "schema_hash": content_hash(schema),
+            "schema": json.loads(schema),
+            "schema_hash": schema_hash,
             "recovery": self.recovery.as_json(),
             "undo": self.undo.tool if self.undo else None,
             "approval": self.approval is not None,
