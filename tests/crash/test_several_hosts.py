@@ -15,10 +15,13 @@ from collections import Counter
 import pytest
 
 from tests.crash.harness import DEADLINE_SECONDS, CrashWorld, RefundWorld
-from tests.crash.test_infrastructure import ORDERS, _all_settled, _one_refund_per_run, _start_runs
+from tests.crash.test_infrastructure import ORDERS, _all_settled, _one_refund_per_run
 
 pytestmark = pytest.mark.crash
 
+# Enough runs that the host killed holds one mid-refund (two workers per host), few
+# enough that starting them (a process each) stays short on two busy cores.
+RUNS = 3
 # The sweeper's lease lives 4 sweep intervals, at least 5 s (agentruns.sweeper.sweep);
 # the crash tests sweep every 0.2 s.
 SWEEPER_LEASE_SECONDS = 5.0
@@ -45,6 +48,27 @@ def _claimed_by(world: CrashWorld, run_id: str) -> list[str]:
     return hosts
 
 
+def _start_runs(refunds: RefundWorld) -> list[str]:
+    """Start one 7.00 EUR refund run per order, side by side (one startrun process each)."""
+    procs = [
+        refunds.world.start(
+            "startrun",
+            "startrun",
+            "refund_support",
+            "--input",
+            json.dumps({"order_id": order_id, "amount": 700, "email_customer": False}),
+        )
+        for order_id in ORDERS[:RUNS]
+    ]
+    run_ids = []
+    for proc in procs:
+        refunds.world.wait_exit(proc)
+        assert proc.popen.returncode == 0, refunds.explain()
+        run_ids.append(proc.output().strip().splitlines()[-1])
+    refunds.run_ids.extend(run_ids)
+    return run_ids
+
+
 def test_a_host_killed_whole_leaves_its_runs_and_the_sweepers_lease_to_the_other(
     refunds: RefundWorld,
 ):
@@ -53,14 +77,10 @@ def test_a_host_killed_whole_leaves_its_runs_and_the_sweepers_lease_to_the_other
     host_a = world.start_host("host-a")
     world.wait_until(lambda: _lease_holder(world) == "host-a", "host-a's sweeper to sweep")
     host_b = world.start_host("host-b")
-    world.wait_until(
-        lambda: "ready for work" in host_b.stderr_path.read_text(errors="replace"),
-        "host-b's cluster up",
-    )
-    assert _lease_holder(world) == "host-a"  # host-b's sweeper waits as the standby
     # Refunds answer slowly, so host-a is mid-call on some run when it dies.
-    refunds.sandbox.arm("delay", delay=1.0, count=len(ORDERS))
-    run_ids = _start_runs(refunds, 1)
+    refunds.sandbox.arm("delay", delay=1.0, count=RUNS)
+    run_ids = _start_runs(refunds)  # host-b's cluster comes up meanwhile
+    assert _lease_holder(world) == "host-a"  # host-b's sweeper waits as the standby
 
     def held_by_host_a() -> list[str]:
         runs = {run_id: world.db.run(run_id) for run_id in run_ids}
