@@ -89,7 +89,7 @@ def lookups_claim(*, limit: int) -> list[tuple[int, str]]:
         if row_locks():
             due = due.select_for_update(skip_locked=True, of=("self",))
         for case_id in list(due[:free]):
-            claim = f"{token}:{case_id}"[:100]
+            claim = f"{case_id}:{token}"[:100]  # unique by the case id, whatever is cut
             taken = (
                 ReconciliationCase.objects.filter(pk=case_id, status=CaseStatus.OPEN)
                 .filter(unclaimed)
