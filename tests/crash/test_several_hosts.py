@@ -10,6 +10,8 @@ counted by effect key).
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections import Counter
 
 import pytest
@@ -19,8 +21,8 @@ from tests.crash.test_infrastructure import ORDERS, _all_settled, _one_refund_pe
 
 pytestmark = pytest.mark.crash
 
-# Enough runs that the host killed holds one mid-refund (two workers per host), few
-# enough that starting them (a process each) stays short on two busy cores.
+# Runs for the host killed to hold mid-step (two workers per host), few enough that
+# starting them (a process each) stays short on two busy cores.
 RUNS = 3
 # The sweeper's lease lives 4 sweep intervals, at least 5 s (agentruns.sweeper.sweep);
 # the crash tests sweep every 0.2 s.
@@ -33,6 +35,16 @@ def _lease_holder(world: CrashWorld) -> str | None:
     if not rows or not rows[0]["owner"]:
         return None
     return rows[0]["owner"].split(":")[0]
+
+
+def _held_by(world: CrashWorld, run_ids: list[str], host: str) -> list[str]:
+    """The runs the host's workers hold mid-step now."""
+    runs = {run_id: world.db.run(run_id) for run_id in run_ids}
+    return [
+        run_id
+        for run_id, run in runs.items()
+        if run["status"] == "running" and (run["lease_owner"] or "").startswith(f"{host}:")
+    ]
 
 
 def _claimed_by(world: CrashWorld, run_id: str) -> list[str]:
@@ -77,20 +89,20 @@ def test_a_host_killed_whole_leaves_its_runs_and_the_sweepers_lease_to_the_other
     host_a = world.start_host("host-a")
     world.wait_until(lambda: _lease_holder(world) == "host-a", "host-a's sweeper to sweep")
     host_b = world.start_host("host-b")
-    # Refunds answer slowly, so host-a is mid-call on some run when it dies.
-    refunds.sandbox.arm("delay", delay=1.0, count=RUNS)
-    run_ids = _start_runs(refunds)  # host-b's cluster comes up meanwhile
+    world.wait_until(
+        lambda: "ready for work" in host_b.stderr_path.read_text(errors="replace"),
+        "host-b's cluster up",
+    )
     assert _lease_holder(world) == "host-a"  # host-b's sweeper waits as the standby
-
-    def held_by_host_a() -> list[str]:
-        runs = {run_id: world.db.run(run_id) for run_id in run_ids}
-        return [
-            run_id
-            for run_id, run in runs.items()
-            if run["status"] == "running" and (run["lease_owner"] or "").startswith("host-a:")
-        ]
-
-    orphaned = world.wait_until(held_by_host_a, "host-a to hold a run mid-step")
+    # host-b paused while the runs start, so host-a surely holds some when it dies.
+    os.killpg(host_b.pid, signal.SIGSTOP)
+    try:
+        # Refunds answer slowly, so host-a is mid-call on some run when it dies.
+        refunds.sandbox.arm("delay", delay=1.0, count=RUNS)
+        run_ids = _start_runs(refunds)
+        orphaned = world.wait_until(lambda: _held_by(world, run_ids, "host-a"), "host-a mid-run")
+    finally:
+        os.killpg(host_b.pid, signal.SIGCONT)
     world.kill_group(host_a)
     world.wait_group_gone(host_a, timeout=10)
 
