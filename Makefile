@@ -109,6 +109,7 @@ bench: migrate
 	$(BIN)/python benchmarks/step_overhead.py
 	$(BIN)/python benchmarks/recovery.py
 	$(BIN)/python benchmarks/snapshot.py
+	$(BIN)/python benchmarks/broker_pickup.py
 
 clean:
 	rm -rf $(VENV) var

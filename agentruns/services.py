@@ -55,6 +55,7 @@ def engine_settings() -> EngineSettings:
         max_claims_without_progress=conf["MAX_CLAIMS_WITHOUT_PROGRESS"],
         inline_result_limit=conf["INLINE_RESULT_LIMIT"],
         reconnect_seconds=conf["RECONNECT_SECONDS"],
+        prepared_statements=conf["PREPARED_STATEMENTS"],
     )
 
 

@@ -8,17 +8,26 @@ the approvals and reconciliation apps offer. The sweeper never advances a run
 itself, and it never wakes one run twice within django-q2's redelivery interval
 (DESIGN §12.5): the claim decides, the sweeper only knocks. One sweeper is
 active at a time, by a lease row (DESIGN §12.9).
+
+Each duty claims its due rows in a batch. On PostgreSQL the batch is selected
+``FOR UPDATE SKIP LOCKED`` in a short transaction, so a second sweeper (one whose
+lease lapsed mid-pass while another took it over), a worker's own
+``_help_recover``, or an engine transition holding a run's row never makes a batch
+wait, and two claimers take disjoint rows instead of racing for the same ones. The
+compare-and-set on each row still decides who knocks: it is the rule on SQLite,
+which has no row locks (its one writer already serialises the batches).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q
+from django.db import connection, transaction
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q, QuerySet
 from django_q.brokers import get_broker
 from django_q.tasks import async_task
 
@@ -28,8 +37,6 @@ from agentruns.models import TIMED_STATUSES, Run, RunStatus, SweeperLease
 log = logging.getLogger("holdfast.sweeper")
 
 SWEEPER_LEASE_NAME = "sweeper"
-# Held across one provider lookup of a reconciliation case (its timeout is 5 s).
-LOOKUP_LEASE_SECONDS = 15.0
 
 
 @dataclass
@@ -59,14 +66,10 @@ class SweepPass:
     push: Callable[[str], None]
     limit: int
     report: SweepReport
-
-    def keep_lease(self) -> bool:
-        """Renew the sweeper's lease for one provider call; False once it is lost.
-
-        Duties that call providers ask before each call, so a pass never outlives
-        its lease (DESIGN §12.9).
-        """
-        return acquire_sweeper_lease(self.owner, ttl=LOOKUP_LEASE_SECONDS)
+    # Hands any other work to a worker: ``enqueue("app.tasks.function", *args)``. A
+    # duty never calls a provider itself (a slow one would hold up every recovery
+    # behind it): it claims the work and enqueues a task that does it.
+    enqueue: Callable[..., None] = field(default=lambda task, *args: enqueue_task(task, *args))
 
 
 @dataclass(frozen=True)
@@ -110,14 +113,26 @@ def release_sweeper_lease(owner: str) -> None:
     SweeperLease.objects.filter(name=SWEEPER_LEASE_NAME, owner=owner).update(expires_at=None)
 
 
-def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> SweepReport | None:
-    """One pass. Returns None when another sweeper holds the lease."""
+def sweep(
+    *,
+    owner: str,
+    push: Callable[[str], None],
+    limit: int = 500,
+    enqueue: Callable[..., None] | None = None,
+) -> SweepReport | None:
+    """One pass. Returns None when another sweeper holds the lease.
+
+    ``enqueue`` hands the duties' other tasks (a provider lookup) to the workers;
+    by default django-q2's queue.
+    """
     conf = settings.HOLDFAST
     if not acquire_sweeper_lease(owner, ttl=max(5.0, conf["SWEEP_INTERVAL_SECONDS"] * 4)):
         return None
     if not _duties:
         raise RuntimeError("the sweeper has no duties: config.wiring.install() did not run")
     sweep_pass = SweepPass(owner=owner, push=push, limit=limit, report=SweepReport())
+    if enqueue is not None:
+        sweep_pass = replace(sweep_pass, enqueue=enqueue)
     for duty in _duties:
         duty.perform(sweep_pass)
     report = sweep_pass.report
@@ -136,13 +151,45 @@ def sweep(*, owner: str, push: Callable[[str], None], limit: int = 500) -> Sweep
 # --- the run duties -------------------------------------------------------------------
 
 
+def row_locks() -> bool:
+    """Whether the database can lock a batch's rows and skip those locked (PostgreSQL)."""
+    return connection.features.has_select_for_update_skip_locked
+
+
+def claim_batch(rows: QuerySet, limit: int, claim: Callable[[tuple], bool]) -> list[tuple]:
+    """Claim up to ``limit`` of ``rows`` (a ``values_list`` whose first value is the
+    primary key), each by ``claim(row)``, a compare-and-set that says whether it won.
+
+    On PostgreSQL in one transaction over a ``SELECT … FOR UPDATE SKIP LOCKED``:
+    rows another transaction holds (another sweeper's batch, a worker's
+    ``_help_recover``, an engine transition on that run) are left for the next
+    pass instead of waited on, and two claimers never select the same rows. On
+    SQLite the compare-and-set alone decides, as before.
+    """
+    if not row_locks():
+        return [row for row in rows[:limit] if claim(row)]
+    with transaction.atomic():
+        # of=("self",): lock the claimed table's rows only, never a joined one.
+        batch = list(rows.select_for_update(skip_locked=True, of=("self",))[:limit])
+        return [row for row in batch if claim(row)]
+
+
 def _knock(sweep_pass: SweepPass, runs, bucket: list[str]) -> None:
-    for run_id, enqueued_at in runs.values_list("id", "enqueued_at")[: sweep_pass.limit]:
+    def knock(row: tuple) -> bool:
+        run_id, enqueued_at = row
         # Compare-and-set on enqueued_at: a second sweeper (or a pass that
-        # overlaps this one) cannot knock on the same run twice.
-        if Run.objects.filter(pk=run_id, enqueued_at=enqueued_at).update(enqueued_at=DbNow()):
-            sweep_pass.push(str(run_id))
-            bucket.append(str(run_id))
+        # overlaps this one, or a worker's _help_recover on SQLite) cannot knock on
+        # the same run twice; under the row lock it cannot fail, and stays the rule.
+        return bool(
+            Run.objects.filter(pk=run_id, enqueued_at=enqueued_at).update(enqueued_at=DbNow())
+        )
+
+    # The knocks go out once the batch committed: a worker that takes one at once
+    # sees the new enqueued_at (and a knock lost after the commit is repaired
+    # after the redelivery interval, as any lost knock).
+    for run_id, _ in claim_batch(runs.values_list("id", "enqueued_at"), sweep_pass.limit, knock):
+        sweep_pass.push(str(run_id))
+        bucket.append(str(run_id))
 
 
 def wake_due(sweep_pass: SweepPass) -> None:
@@ -212,3 +259,8 @@ def report_orphans(sweep_pass: SweepPass) -> None:
 
 def push_advance(run_id: str) -> None:
     async_task("agentruns.tasks.advance_run", run_id, group="advance_run")
+
+
+def enqueue_task(task: str, *args) -> None:
+    """Put ``task`` (a dotted path) on django-q2's queue, grouped by its function's name."""
+    async_task(task, *args, group=task.rsplit(".", 1)[-1])

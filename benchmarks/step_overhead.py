@@ -7,7 +7,7 @@ UPDATEs on the same database through the same Django connection. Prints steps
 per second, the ratio to that floor, and how many commits (and, on PostgreSQL,
 WAL syncs) each step costs, with the targets of shared/reference/step-write-cost.md.
 
-    .venv/bin/python benchmarks/step_overhead.py [--steps N] [--repeat R] [--profile]
+    .venv/bin/python benchmarks/step_overhead.py [--steps N] [--repeat R] [--profile] [--unprepared]
 
 SQLite by default, in a temporary file (the developer's var/ is never touched);
 PostgreSQL when DATABASE_URL is set, e.g.
@@ -289,7 +289,7 @@ class Samples:
 
 
 class Bench:
-    def __init__(self, steps: int) -> None:
+    def __init__(self, steps: int, *, prepared: bool = True) -> None:
         from django.db import connection
 
         from accounts.models import Tenant
@@ -301,7 +301,9 @@ class Bench:
         self.tenant = Tenant.objects.get_or_create(slug=TENANT_SLUG, defaults={"name": "Bench"})[0]
         self.engine: Engine = Engine(
             registry=self.registry,
-            settings=EngineSettings(time_slice_seconds=10_000, lease_seconds=60),
+            settings=EngineSettings(
+                time_slice_seconds=10_000, lease_seconds=60, prepared_statements=prepared
+            ),
             enqueue=lambda run_id: None,
         )
         self.counter: SqliteCounter | PostgresCounter = (
@@ -493,6 +495,12 @@ def main(argv: list[str] | None = None) -> int:
         help="stop repeating (after at least 3 repetitions) when the next one would end past "
         "this many seconds since start; 0 for no limit (default 60)",
     )
+    parser.add_argument(
+        "--unprepared",
+        action="store_true",
+        help="PostgreSQL: the engine's statements unprepared, as with "
+        "HOLDFAST_PREPARED_STATEMENTS=false behind a pooler (docs/scaling.md)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeat < 1:
         parser.error("--steps and --repeat must be at least 1")
@@ -503,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connections
 
         label = prepare_database()
-        bench = Bench(args.steps)
+        bench = Bench(args.steps, prepared=not args.unprepared)
+        if args.unprepared:
+            label += "; the engine's statements unprepared (--unprepared)"
         try:
             # Warm up: imports, prepared statements, the tables' pages.
             warm = min(args.steps, 100)

@@ -24,6 +24,7 @@ from accounts.services import audit_record, for_tenant, user_actor_name
 from agentruns.models import TERMINAL_STATUSES, Run, RunStatus, Step
 from agentruns.runtime.engine import CancelRefused
 from agentruns.services import run_cancel, run_wake
+from agentruns.sweeper import claim_batch
 from bulk.models import BulkAction, BulkItem
 
 log = logging.getLogger("holdfast.bulk")
@@ -210,10 +211,18 @@ def bulk_resume_duty(sweep_pass) -> None:
     """The sweeper's duty: a bulk action whose task was lost (a worker died, the broker
     lost it) is handed to a worker again, at most once per ``STALE_SECONDS``."""
     stale = timezone.now() - timedelta(seconds=STALE_SECONDS)
-    for action in BulkAction.objects.filter(finished_at=None, enqueued_at__lt=stale)[:20]:
-        again = BulkAction.objects.filter(pk=action.pk, enqueued_at=action.enqueued_at)
-        if again.update(enqueued_at=timezone.now()) == 1:
-            enqueue_bulk(action.pk)
+
+    def hand_out(row: tuple) -> bool:
+        # Compare-and-set on enqueued_at: one hand-out per action, whoever else looks.
+        action_id, enqueued_at = row
+        again = BulkAction.objects.filter(pk=action_id, enqueued_at=enqueued_at)
+        return again.update(enqueued_at=timezone.now()) == 1
+
+    lost = BulkAction.objects.filter(finished_at=None, enqueued_at__lt=stale)
+    # A batch (SKIP LOCKED on PostgreSQL: an action whose worker is writing its row
+    # this moment is left for the next pass); the tasks go out after its commit.
+    for action_id, _ in claim_batch(lost.values_list("pk", "enqueued_at"), 20, hand_out):
+        enqueue_bulk(action_id)
 
 
 def progress(action: BulkAction) -> dict:

@@ -136,6 +136,11 @@ if DATABASE_URL:
     DATABASES = {"default": postgres_from_url(DATABASE_URL)}
     DATABASES["default"]["CONN_MAX_AGE"] = env_int("HOLDFAST_CONN_MAX_AGE", 60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Behind PgBouncer in transaction pooling: a server-side cursor (QuerySet.iterator())
+    # cannot outlive the transaction its server connection was lent for (docs/scaling.md).
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env_bool(
+        "HOLDFAST_DISABLE_SERVER_SIDE_CURSORS", False
+    )
     Q_ORM_ALIAS = "default"
 else:
     sqlite_path = Path(env_str("HOLDFAST_SQLITE_PATH", str(VAR_DIR / "holdfast.sqlite3")))
@@ -314,11 +319,19 @@ HOLDFAST = {
     # The sweeper never wakes one run twice within django-q2's redelivery interval.
     "REDELIVERY_SECONDS": float(Q_CLUSTER["retry"]),
     "SWEEP_INTERVAL_SECONDS": env_float("HOLDFAST_SWEEP_INTERVAL_SECONDS", 0.5),
+    # Automatic reconciliation lookups in flight at once, for the whole deployment
+    # (counted in the database, not per process): each holds a worker for up to its
+    # 5 s timeout, so keep it below the number of worker processes.
+    "LOOKUP_CONCURRENCY": env_int("HOLDFAST_LOOKUP_CONCURRENCY", 4),
     # Step results larger than this go to Blob storage.
     "INLINE_RESULT_LIMIT": env_int("HOLDFAST_INLINE_RESULT_LIMIT", 256 * 1024),
     # While the database connection is lost (a restart, a failover), a worker retries
     # its writes this long, the sweeper and the live pages until it is back.
     "RECONNECT_SECONDS": env_float("HOLDFAST_RECONNECT_SECONDS", 15.0),
+    # PostgreSQL: the engine prepares its statements on the server, once per
+    # connection. Turn off behind a pooler in transaction mode that cannot keep them
+    # (PgBouncer before 1.21, or max_prepared_statements = 0): docs/scaling.md.
+    "PREPARED_STATEMENTS": env_bool("HOLDFAST_PREPARED_STATEMENTS", True),
     # On SIGTERM a worker finishes its current step (or abandons a call still in
     # flight) and releases its run within this many seconds: less than honcho's 5 s
     # and systemd's 90 s before they kill.

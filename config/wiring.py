@@ -49,6 +49,7 @@ from config import metrics
 from notifications.services import approval_notify, case_notify, notifications_duty
 from reconciliation.desk import DatabaseDesk, install_opened_hooks
 from reconciliation.live import CasePage, QueuePage
+from reconciliation.lookups import lookups_duty
 from reconciliation.selectors import open_case_count
 from reconciliation.services import cases_sweep_duty, install_resolved_hooks
 from webhooks import services as webhooks
@@ -56,14 +57,16 @@ from webhooks.live import DeliveryLogPage
 
 # What one sweeper pass does, in order. The run duties first: they only knock on
 # runs; then approvals (an expiry is an event a page shows; a decision whose
-# wake-up was lost is resumed); then reconciliation (its lookups call providers,
-# so they come after every cheap duty); the orphan check last, over the result.
+# wake-up was lost is resumed); then reconciliation (its lookups are workers'
+# tasks, a few at a time, so a provider that hangs never holds up a pass); the
+# orphan check last, over the result.
 SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
     sweeper.Duty("wake runs whose retry or timer is due", sweeper.wake_due),
     sweeper.Duty("recover runs whose lease expired", sweeper.recover_expired),
     sweeper.Duty("re-enqueue queued runs nobody picked up", sweeper.requeue_stale),
     sweeper.Duty("expire approvals past their expiry", approvals_expire_duty),
     sweeper.Duty("sweep reconciliation cases", cases_sweep_duty),
+    sweeper.Duty("hand due automatic lookups to workers", lookups_duty),
     sweeper.Duty("resume runs whose approval was decided", approvals_resume_duty),
     sweeper.Duty("start missed notifications and due digests", notifications_duty),
     sweeper.Duty("hand lost bulk actions to a worker again", bulk_resume_duty),

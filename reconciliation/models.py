@@ -81,6 +81,12 @@ class ReconciliationCase(models.Model):
     # Automatic lookups while the provider is unreachable (the sweeper's queue).
     next_lookup_at = models.DateTimeField(null=True, blank=True)
     lookup_failures = models.IntegerField(default=0)
+    # The automatic lookup a worker's task is making now, claimed by lease
+    # (reconciliation/lookups.py): the claim's token, and when it lapses, so a lost
+    # task's lookup is claimed again. The unexpired leases are the lookups in
+    # flight, which HOLDFAST_LOOKUP_CONCURRENCY bounds for the whole deployment.
+    lookup_claim = models.CharField(max_length=100, blank=True)
+    lookup_lease_expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -94,6 +100,12 @@ class ReconciliationCase(models.Model):
             ),
             # a run's cases, on its page
             models.Index(fields=["run"], name="case_run"),
+            # lookups_claim: the automatic lookups in flight (unexpired leases)
+            models.Index(
+                fields=["lookup_lease_expires_at"],
+                condition=Q(lookup_lease_expires_at__isnull=False),
+                name="case_lookup_leased",
+            ),
         ]
 
     def __str__(self) -> str:

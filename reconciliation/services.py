@@ -519,22 +519,17 @@ def case_settled_by_provider(case: ReconciliationCase, *, push=None) -> Reconcil
 
 
 def cases_sweep_duty(sweep_pass: SweepPass) -> None:
-    """The sweeper's duty: everything ``cases_sweep`` does, within the sweeper's lease."""
-    sweep_pass.report.cases = cases_sweep(
-        limit=sweep_pass.limit,
-        push=lambda run_id: sweep_pass.push(str(run_id)),
-        keep_lease=sweep_pass.keep_lease,
+    """The sweeper's duty: everything ``cases_sweep`` does. Its automatic lookups are
+    workers' tasks (``reconciliation.lookups.lookups_duty``), never made here."""
+    sweep_pass.report.cases.update(
+        cases_sweep(limit=sweep_pass.limit, push=lambda run_id: sweep_pass.push(str(run_id)))
     )
 
 
-def cases_sweep(*, limit: int = 100, push=None, keep_lease=None) -> dict[str, int]:
-    """Open missing cases, close cases a late answer settled, free runs with nothing
-    unknown left, and retry due lookups.
-
-    ``keep_lease()`` renews the sweeper's lease before each provider call and says
-    whether it is still held: a pass never outlives its lease (DESIGN §12.9).
-    """
-    opened = settled = freed = looked_up = 0
+def cases_sweep(*, limit: int = 100, push=None) -> dict[str, int]:
+    """Open missing cases, close cases a late answer settled, and free runs with
+    nothing unknown left."""
+    opened = settled = freed = 0
     # Unknown steps of waiting runs with no open case (a crash right after the suspend).
     missing = (
         Step.objects.filter(
@@ -564,19 +559,4 @@ def cases_sweep(*, limit: int = 100, push=None, keep_lease=None) -> dict[str, in
     waiting = Run.objects.filter(status=RunStatus.EFFECT_UNKNOWN).exclude(Exists(unsettled))
     for run_id in waiting.values_list("id", flat=True)[:limit]:
         freed += run_requeue_settled(run_id, by=SYSTEM, enqueue=push)
-    due = ReconciliationCase.objects.filter(
-        status=CaseStatus.OPEN, next_lookup_at__lte=DbNow()
-    ).select_related("run", "tenant")[:limit]
-    for case in due:
-        if keep_lease is not None and not keep_lease():
-            break
-        try:
-            case_lookup_now(case=case)
-        except Exception:
-            log.exception("case %s: automatic lookup failed", case.pk)
-            ReconciliationCase.objects.filter(pk=case.pk).update(
-                next_lookup_at=DbNow() + lookup_backoff(case.lookup_failures + 1),
-                lookup_failures=F("lookup_failures") + 1,
-            )
-        looked_up += 1
-    return {"opened": opened, "settled": settled, "freed": freed, "looked_up": looked_up}
+    return {"opened": opened, "settled": settled, "freed": freed}

@@ -15,6 +15,7 @@ import requests
 import stripe
 from django.core.management import call_command
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from agentruns.models import Run, Step
 from agentruns.runtime import Engine, EngineSettings, Registry, start_run
@@ -200,6 +201,11 @@ class Sandbox:
 
 
 # --- the refund agent against the sandbox, in-process ---------------------------------
+
+
+def run_task_inline(task: str, *args) -> None:
+    """A sweeper's ``enqueue`` that runs the task at once, as a worker would take it."""
+    import_string(task)(*args)
 
 
 def point_at_sandbox(settings, sandbox) -> None:

@@ -55,6 +55,9 @@ class EngineSettings:
     # provider's answer) may be recorded after the lease is lost, so this may
     # outlive the lease; past it the run is recovered by the usual path.
     reconnect_seconds: float = 15.0
+    # PostgreSQL: prepare the engine's statements on the server (once per connection).
+    # Off behind a pooler that cannot keep them (docs/scaling.md).
+    prepared_statements: bool = True
 
 
 ProviderFactory = Callable[[dict[str, Any], Agent], Any]
@@ -76,8 +79,18 @@ CANCELLABLE = sorted(
 WAITING_TO_RETRY = [RunStatus.WAITING_FOR_RETRY.value, RunStatus.SLEEPING.value]
 
 
+def host_id() -> str:
+    """This host's name in owner ids: ``HOLDFAST_HOST_ID``, else the machine's host name.
+
+    Containers often share a generic host name; naming each host says, in a lease or
+    a claim event, which one held a run or the sweeper's lease.
+    """
+    return (os.environ.get("HOLDFAST_HOST_ID") or socket.gethostname()).replace(":", "-")
+
+
 def new_owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:10]}"
+    """``host:pid:random``: who holds a lease (``agentruns.selectors`` reads the pid)."""
+    return f"{host_id()}:{os.getpid()}:{uuid.uuid4().hex[:10]}"
 
 
 class CancelRefused(Exception):
@@ -116,7 +129,10 @@ class Engine:
         self.enqueue = enqueue or (lambda run_id: None)
         self.faults = faults or FaultPoints()
         self.providers = providers or default_providers
-        self.store = store or Store(reconnect_seconds=self.settings.reconnect_seconds)
+        self.store = store or Store(
+            reconnect_seconds=self.settings.reconnect_seconds,
+            prepare=self.settings.prepared_statements,
+        )
         self.monotonic = monotonic
 
     def advance(self, run_id: uuid.UUID | str, *, owner: str | None = None) -> str:

@@ -67,8 +67,15 @@ ENGINE_OUTAGE = Outage("engine", logging.getLogger("holdfast.engine"))
 
 
 class Store:
-    def __init__(self, alias: str = "default", *, reconnect_seconds: float = 15.0):
+    def __init__(
+        self, alias: str = "default", *, reconnect_seconds: float = 15.0, prepare: bool = True
+    ):
         self.alias = alias
+        # PostgreSQL: the engine's statements are server-side prepared, once per
+        # connection. Off for a pooler that cannot keep a prepared statement on the
+        # connection that prepared it (PgBouncer's transaction pooling before 1.21,
+        # or with max_prepared_statements = 0): docs/scaling.md.
+        self.prepare = prepare
         # How long a statement is retried while the database connection is lost
         # (a restart, a failover). Every statement is one whose repetition after a
         # lost reply is harmless: the fence, a compare-and-set or a step's status
@@ -569,13 +576,15 @@ class Store:
         if conn.in_atomic_block:
             raise RuntimeError("engine transitions must not run inside transaction.atomic()")
         raw = conn.connection
-        if raw.prepare_threshold is None:
+        if self.prepare and raw.prepare_threshold is None:
             # Django turns preparation off for the connection; a threshold no query
             # reaches keeps Django's own statements unprepared while the engine's,
             # which ask for it explicitly, are prepared once per connection.
             raw.prepare_threshold = 2**31 - 1
         with psycopg.Cursor(raw) as cursor:
-            cursor.execute(sql, params, prepare=True)
+            # prepare=False: an unnamed statement, parsed each time (nothing survives
+            # on the server connection for a pooler to lose).
+            cursor.execute(sql, params, prepare=self.prepare)
             return cursor.fetchone()
 
     @contextmanager

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from agentruns.models import Run, SweeperLease
@@ -103,3 +105,43 @@ def test_it_does_not_requeue_while_the_broker_still_holds_their_knocks(harness, 
     # The backlog drained and the run is still queued: its knock was lost.
     monkeypatch.setattr(sweeper, "waiting_knocks", lambda: 0)
     assert _sweep()[0].requeued == [str(run.id)]
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="row locks: SQLite has none (its one writer serialises the batches)",
+)
+def test_a_batch_skips_a_run_another_transaction_holds_instead_of_waiting_for_it(harness):
+    held, free = harness.start("flow"), harness.start("flow")
+    for run in (held, free):
+        _age(
+            run,
+            status="running",
+            lease_owner="dead-worker",
+            lease_expires_at=timezone.now() - timedelta(seconds=1),
+            enqueued_at=timezone.now() - timedelta(seconds=5),
+        )
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_row() -> None:
+        # Another sweeper's batch, a worker's _help_recover, or an engine transition.
+        try:
+            with transaction.atomic():
+                Run.objects.select_for_update().get(pk=held.pk)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_row)
+    holder.start()
+    try:
+        assert locked.wait(timeout=10)
+        report, pushed = _sweep()
+        # The pass went on without the held row (it returned while the row was held).
+        assert pushed == [str(free.id)] and report.recovered == [str(free.id)]
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    # Once it is free, the next pass takes it.
+    assert _sweep()[1] == [str(held.id)]

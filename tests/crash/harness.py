@@ -279,6 +279,27 @@ class CrashWorld:
     def start_sweeper(self) -> Proc:
         return self.start("sweeper", "sweep", "--loop")
 
+    def start_host(self, host_id: str) -> Proc:
+        """A host: a worker cluster and a sweeper in one process group (one session),
+        named ``host_id`` in every lease they take, so ``kill_group`` ends the host."""
+        env = dict(self.env, HOLDFAST_HOST_ID=host_id)
+        stdout_path = self.tmp_path / f"{len(self.procs):02d}-{host_id}.out"
+        stderr_path = self.tmp_path / f"{len(self.procs):02d}-{host_id}.err"
+        script = f'"{PYTHON}" "{MANAGE}" worker & "{PYTHON}" "{MANAGE}" sweep --loop & wait'
+        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+            popen = subprocess.Popen(
+                ["/bin/sh", "-c", script],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        proc = Proc(host_id, popen, stdout_path, stderr_path)
+        self.procs.append(proc)
+        return proc
+
     def startrun(self, input: dict[str, Any], *, agent: str = "crashy") -> str:
         proc = self.start("startrun", "startrun", agent, "--input", json.dumps(input))
         self.wait_exit(proc)

@@ -29,7 +29,7 @@ from reconciliation.services import (
     case_resolve,
     newest_lookup,
 )
-from tests.harness import AMOUNT, resolve_as_seen
+from tests.harness import AMOUNT, resolve_as_seen, run_task_inline
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -266,14 +266,16 @@ def test_the_sweeper_looks_up_again_with_backoff_and_a_found_refund_settles_itse
     run = _lost_reply_without_lookup(world)
     case = world.case_of(run)
     ReconciliationCase.objects.filter(pk=case.pk).update(next_lookup_at=timezone.now())
-    sweep(owner="sweeper-test", push=lambda run_id: None)
+    # The sweeper hands the lookup to a worker; here the worker's task runs at once.
+    sweep(owner="sweeper-test", push=lambda run_id: None, enqueue=run_task_inline)
     case.refresh_from_db()
     assert case.is_open and case.lookup_failures == 1
+    assert case.lookup_claim == "" and case.lookup_lease_expires_at is None  # released
     assert case.next_lookup_at > timezone.now() + timedelta(seconds=30)
     assert newest_lookup(case).outcome == "inconclusive"
     world.clear_faults()  # the provider's listing is back
     ReconciliationCase.objects.filter(pk=case.pk).update(next_lookup_at=timezone.now())
-    sweep(owner="sweeper-test", push=lambda run_id: None)
+    sweep(owner="sweeper-test", push=lambda run_id: None, enqueue=run_task_inline)
     case.refresh_from_db()
     assert case.status == "resolved" and case.resolution == "happened"
     assert case.resolved_by == "system"
