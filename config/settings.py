@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "approvals",
     "reconciliation",
     "evidence",
+    "retention",
     "bulk",
     "notifications",
     "webhooks",
@@ -311,6 +312,10 @@ HOLDFAST = {
     # The sweeper never wakes one run twice within django-q2's redelivery interval.
     "REDELIVERY_SECONDS": float(Q_CLUSTER["retry"]),
     "SWEEP_INTERVAL_SECONDS": env_float("HOLDFAST_SWEEP_INTERVAL_SECONDS", 0.5),
+    # Retention (docs/architecture.md §9): the sweeper's retention pass runs this often,
+    # and redacts, then archives, at most this many runs each, one transaction per run.
+    "RETENTION_INTERVAL_SECONDS": env_float("HOLDFAST_RETENTION_INTERVAL_SECONDS", 60.0),
+    "RETENTION_BATCH_RUNS": env_int("HOLDFAST_RETENTION_BATCH_RUNS", 200),
     # Step results larger than this go to Blob storage.
     "INLINE_RESULT_LIMIT": env_int("HOLDFAST_INLINE_RESULT_LIMIT", 256 * 1024),
     # While the database connection is lost (a restart, a failover), a worker retries
