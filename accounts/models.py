@@ -24,7 +24,7 @@ class Tenant(models.Model):
     # Edited through the tenant settings form (config/tenant_settings.py), which checks
     # it against the registered agents' own configuration.
     agent_config = models.JSONField(default=dict, blank=True)
-    # Retention (docs/architecture.md §9): the events and step payloads of a run that
+    # Retention (docs/architecture.md §3.14): the events and step payloads of a run that
     # ended longer ago than this move to its archive document and leave the hot tables.
     retention_days = models.PositiveIntegerField(
         default=DEFAULT_RETENTION_DAYS,

@@ -141,7 +141,7 @@ class Run(models.Model):
     approved_by = models.CharField(max_length=200, blank=True, db_default="")
     compensated = models.BooleanField(default=False, db_default=False)
 
-    # Retention (retention/services.py, docs/architecture.md §9): when the run's events
+    # Retention (retention/services.py, docs/architecture.md §3.14): when the run's events
     # and its steps' inputs, requests and results moved to its archive document
     # (agentruns.archives), the document's name in storage and the SHA-256 of its
     # canonical JSON. The row itself, its outcome and its step rows stay.

@@ -312,7 +312,7 @@ HOLDFAST = {
     # The sweeper never wakes one run twice within django-q2's redelivery interval.
     "REDELIVERY_SECONDS": float(Q_CLUSTER["retry"]),
     "SWEEP_INTERVAL_SECONDS": env_float("HOLDFAST_SWEEP_INTERVAL_SECONDS", 0.5),
-    # Retention (docs/architecture.md §9): the sweeper's retention pass runs this often,
+    # Retention (docs/architecture.md §3.14): the sweeper's retention pass runs this often,
     # and redacts, then archives, at most this many runs each, one transaction per run.
     "RETENTION_INTERVAL_SECONDS": env_float("HOLDFAST_RETENTION_INTERVAL_SECONDS", 60.0),
     "RETENTION_BATCH_RUNS": env_int("HOLDFAST_RETENTION_BATCH_RUNS", 200),

@@ -9,7 +9,7 @@ Two passes, each over the runs of the tenants it is given, bounded by a batch si
   conversation quotes those tools' arguments and answers.
 - archive: ``Tenant.retention_days`` after a run ended, its events and its steps'
   payloads are written as one document (``agentruns.archives``) and removed from the hot
-  tables. The run row and its step rows stay (docs/architecture.md §9 says why).
+  tables. The run row and its step rows stay (docs/architecture.md §3.14 says why).
 
 Never touched, whatever its age: a run that has not ended, a run with an open
 reconciliation case, a run with an approval that is pending or approved and not yet
