@@ -249,12 +249,7 @@ def run_archive_and_prune(run_id, *, personal_data_days: int | None) -> bool:
     what is pruned: nothing can add an event to the run in between.
     """
     with transaction.atomic():
-        run = (
-            Run.objects.select_for_update()
-            .filter(pk=run_id, archived_at__isnull=True)
-            .select_related("tenant")
-            .first()
-        )
+        run = Run.objects.select_for_update().filter(pk=run_id, archived_at__isnull=True).first()
         if run is None or _is_held(run):
             return False
         if personal_data_days is not None and run.personal_data_redacted_at is None:

@@ -8,7 +8,7 @@ import pytest
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
-from accounts.models import ApiToken
+from accounts.models import ApiToken, AuditEntry
 from accounts.services import audit_record
 from approvals.models import Approval, ApprovalStatus
 from evidence.bundle import run_bundle
@@ -111,6 +111,25 @@ def test_the_run_page_says_so_when_the_archive_is_gone(client, tenant, make_oper
     assert response.status_code == 200
     page = response.content.decode()
     assert "which cannot be read" in page and "0003.tool.issue_refund" in page
+
+
+def test_an_archived_runs_evidence_downloads_and_is_refused_when_its_archive_is_gone(
+    client, tenant, make_operator, settled_run
+):
+    client.force_login(make_operator(tenant, "viewer"))
+    retention_pass()
+    settled_run.refresh_from_db()
+    response = client.get(f"/runs/{settled_run.id}/evidence.json")
+    assert response.status_code == 200
+    assert [e["type"] for e in response.json()["bundle"]["events"]][-1] == "run_ended"
+
+    default_storage.delete(settled_run.archive_name)
+    exports = AuditEntry.objects.filter(action="run.evidence_exported").count()
+    for url in [f"/runs/{settled_run.id}/evidence.json", f"/runs/{settled_run.id}/evidence/"]:
+        response = client.get(url)
+        assert response.status_code == 503
+        assert "cannot be exported" in response.content.decode()
+    assert AuditEntry.objects.filter(action="run.evidence_exported").count() == exports
 
 
 def test_another_tenants_operator_cannot_read_an_archived_run(
