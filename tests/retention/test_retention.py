@@ -12,9 +12,10 @@ import pytest
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
-from agentruns.archives import REDACTED_KEY, run_archive
+from agentruns.archives import REDACTED_KEY, is_redacted, run_archive
 from agentruns.models import Blob, Run, RunEvent, RunStatus, Step
 from agentruns.runtime.effects import content_hash
+from agentruns.services import get_registry
 from approvals.models import Approval, ApprovalStatus
 from reconciliation.models import CaseStatus, ReconciliationCase
 from retention import services
@@ -324,3 +325,24 @@ def test_a_pass_stops_when_the_sweeper_loses_its_lease(tenant, make_run):
     assert retention_pass(keep_going=lambda: False).total == 0
     assert Step.objects.filter(input__isnull=True).count() == 0
     assert RunEvent.objects.count() == 3
+
+
+def test_the_refund_agents_declare_which_tools_carry_personal_data():
+    for name in ("refund_support", "refund_support_pydantic_ai"):
+        tools = get_registry().latest(name).snapshot()["tools"]
+        declared = {tool for tool, spec in tools.items() if spec["personal_data"]}
+        assert declared == {"lookup_order", "send_customer_email"}, name
+
+
+def test_a_run_pinned_before_tools_declared_personal_data_reads_its_agent_version(tenant, make_run):
+    tenant.personal_data_days = 1
+    tenant.save()
+    run = make_run(tenant, ended_days_ago=2)
+    snapshot = run.agent_snapshot
+    for spec in snapshot["tools"].values():
+        del spec["personal_data"]
+    Run.objects.filter(pk=run.pk).update(agent_snapshot=snapshot)
+
+    assert retention_pass().redacted == {tenant.slug: 1}
+    assert is_redacted(run.steps.get(name="lookup_order").input)
+    assert not is_redacted(run.steps.get(name="issue_refund").input)
