@@ -78,50 +78,71 @@ def _live_approval():
     return Exists(Approval.objects.filter(run=OuterRef("pk"), status__in=LIVE_STATUSES))
 
 
-def _ended_before(tenants: Iterable[Tenant], days_of) -> Q | None:
-    """Runs of ``tenants`` that ended more than their tenant's ``days_of(tenant)`` ago.
-
-    Tenants with the same period share one condition, so the query stays as short as
-    the number of distinct periods, whatever the number of tenants.
-    """
+def _periods(tenants: Iterable[Tenant], days_of) -> list[tuple[int, list[int]]]:
+    """(days, tenant ids) for each distinct period ``days_of(tenant)`` among ``tenants``
+    (None: the tenant has none): one query per period, however many tenants share it."""
     by_days: dict[int, list[int]] = {}
     for tenant in tenants:
         days = days_of(tenant)
         if days is not None:
             by_days.setdefault(days, []).append(tenant.pk)
-    if not by_days:
+    return sorted(by_days.items())
+
+
+def _ended_before(tenants: Iterable[Tenant], days_of) -> Q | None:
+    """Runs of ``tenants`` that ended more than their tenant's ``days_of(tenant)`` ago."""
+    periods = _periods(tenants, days_of)
+    if not periods:
         return None
     now = timezone.now()
     condition = Q()
-    for days, tenant_ids in sorted(by_days.items()):
+    for days, tenant_ids in periods:
         condition |= Q(tenant_id__in=tenant_ids, finished_at__lt=now - timedelta(days=days))
     return condition
 
 
-def _candidates(condition: Q) -> QuerySet[Run]:
-    return (
-        Run.objects.filter(condition)
+def _candidates(tenants: Iterable[Tenant], days_of) -> list[QuerySet[Run]]:
+    """Per distinct period, its tenants' ended runs past it, not archived and not held.
+
+    Ordered as the partial indexes are (tenant, finished_at): the scan reads the index in
+    order and stops at the batch, wherever the backlog has got to (an unordered LIMIT lets
+    PostgreSQL pick a sequential scan that reads every archived row before the first
+    candidate).
+    """
+    now = timezone.now()
+    return [
+        Run.objects.filter(tenant_id__in=tenant_ids, finished_at__lt=now - timedelta(days=days))
         .filter(finished_at__isnull=False, archived_at__isnull=True)
         .filter(status__in=sorted(TERMINAL_STATUSES))
         .exclude(_open_case())
         .exclude(_live_approval())
-        .order_by()
-    )
+        .order_by("tenant_id", "finished_at")
+        for days, tenant_ids in _periods(tenants, days_of)
+    ]
 
 
-def archive_candidates(tenants: Iterable[Tenant]) -> QuerySet[Run] | None:
+def archive_candidates(tenants: Iterable[Tenant]) -> list[QuerySet[Run]]:
     """Ended runs past their tenant's retention period, not held (index run_to_archive)."""
-    condition = _ended_before(tenants, lambda t: t.retention_days)
-    return None if condition is None else _candidates(condition)
+    return _candidates(tenants, lambda t: t.retention_days)
 
 
-def redaction_candidates(tenants: Iterable[Tenant]) -> QuerySet[Run] | None:
+def redaction_candidates(tenants: Iterable[Tenant]) -> list[QuerySet[Run]]:
     """Ended runs past their tenant's personal-data period, not yet redacted, not held
-    (index run_to_redact). None when no tenant redacts earlier than it archives."""
-    condition = _ended_before(tenants, lambda t: t.personal_data_days)
-    if condition is None:
-        return None
-    return _candidates(condition).filter(personal_data_redacted_at__isnull=True)
+    (index run_to_redact); none when no tenant redacts earlier than it archives."""
+    return [
+        runs.filter(personal_data_redacted_at__isnull=True)
+        for runs in _candidates(tenants, lambda t: t.personal_data_days)
+    ]
+
+
+def _first(candidates: list[QuerySet[Run]], limit: int) -> list[tuple]:
+    """(run id, tenant id) of up to ``limit`` runs, period after period."""
+    found: list[tuple] = []
+    for runs in candidates:
+        if len(found) >= limit:
+            break
+        found += runs.values_list("pk", "tenant_id")[: limit - len(found)]
+    return found
 
 
 def held_runs(tenants: Iterable[Tenant]) -> QuerySet[Run] | None:
@@ -284,21 +305,17 @@ def retention_pass(
     slugs = {t.pk: t.slug for t in tenants}
     days = {t.pk: t.personal_data_days for t in tenants}
 
-    redactable = redaction_candidates(tenants)
-    if redactable is not None:
-        for run_id, tenant_id in redactable.values_list("pk", "tenant_id")[:limit]:
-            if keep_going is not None and not keep_going():
-                return report
-            if dry_run or run_redact(run_id, personal_data_days=days[tenant_id]):
-                report.add(report.redacted, slugs[tenant_id])
+    for run_id, tenant_id in _first(redaction_candidates(tenants), limit):
+        if keep_going is not None and not keep_going():
+            return report
+        if dry_run or run_redact(run_id, personal_data_days=days[tenant_id]):
+            report.add(report.redacted, slugs[tenant_id])
 
-    archivable = archive_candidates(tenants)
-    if archivable is not None:
-        for run_id, tenant_id in archivable.values_list("pk", "tenant_id")[:limit]:
-            if keep_going is not None and not keep_going():
-                return report
-            if dry_run or run_archive_and_prune(run_id, personal_data_days=days[tenant_id]):
-                report.add(report.archived, slugs[tenant_id])
+    for run_id, tenant_id in _first(archive_candidates(tenants), limit):
+        if keep_going is not None and not keep_going():
+            return report
+        if dry_run or run_archive_and_prune(run_id, personal_data_days=days[tenant_id]):
+            report.add(report.archived, slugs[tenant_id])
     return report
 
 
@@ -320,8 +337,9 @@ _last_pass = 0.0
 def retention_duty(sweep_pass) -> None:
     """The sweeper's duty: a retention pass every ``RETENTION_INTERVAL_SECONDS``.
 
-    With nothing to do it costs the tenants' settings (a handful of rows) and one query
-    on each partial index (run_to_redact, run_to_archive) that finds no entry.
+    With nothing to do it costs the tenants' settings (a handful of rows) and, per
+    distinct period, one query on each partial index (run_to_redact, run_to_archive)
+    that finds no entry.
     """
     global _last_pass
     interval = settings.HOLDFAST["RETENTION_INTERVAL_SECONDS"]
