@@ -458,6 +458,18 @@ def _audit_of(run: Run) -> list[AuditEntry]:
     return list(for_tenant(AuditEntry.objects.all(), run.tenant).filter(concerns)[:100])
 
 
+def step_events(run: Run, step_id: str, limit: int = 200) -> list[RunEvent]:
+    """The events of one of ``run``'s steps, oldest first (a case's attempts); an archived
+    run's from its archive, none when that cannot be read."""
+    if not run.archived_at:
+        return list(run.events.filter(step_id=step_id).order_by("id")[:limit])
+    try:
+        events = run_archive(run).events
+    except ArchiveUnreadable:
+        return []
+    return [event for event in events if event.step_id == step_id][:limit]
+
+
 def _events_of(run: Run, steps: list[Step]) -> tuple[list[RunEvent], str]:
     """The run's latest 200 events, newest first; an archived run's from its archive,
     whose step payloads are put back on ``steps``. The second value says why the

@@ -37,7 +37,13 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from accounts.models import Tenant
-from agentruns.archives import archive_document, archive_write, is_redacted, redaction_marker
+from agentruns.archives import (
+    REDACTED_KEY,
+    archive_document,
+    archive_write,
+    is_redacted,
+    redaction_marker,
+)
 from agentruns.models import TERMINAL_STATUSES, Blob, Run, RunEvent, Step, StepKind
 from agentruns.services import get_registry
 from approvals.models import LIVE_STATUSES, Approval
@@ -209,7 +215,7 @@ def _redact_steps(run: Run) -> int:
                 changes[column] = redaction_marker(value, reason=REDACTION_REASON)
         if step.result_blob_id:
             # The blob's content hash is the step's result_hash, which stays.
-            marker = {"holdfast_redacted": REDACTION_REASON, "sha256": step.result_blob_id}
+            marker = {REDACTED_KEY: REDACTION_REASON, "sha256": step.result_blob_id}
             changes.update(result=marker, result_blob=None)
             released.add(step.result_blob_id)
         elif step.result is not None and not is_redacted(step.result):

@@ -161,3 +161,20 @@ def test_the_api_says_archived_and_lists_the_steps_and_finds_the_effect_key(
     assert body["steps"][2]["effect_key"] == effect_key
     found = api.get("/runs", {"effect_key": effect_key}).json()
     assert [r["id"] for r in found["items"]] == [str(settled_run.id)]
+
+
+def test_a_case_of_an_archived_run_still_shows_its_attempts(
+    client, tenant, make_operator, settled_run
+):
+    case = ReconciliationCase.objects.get(run=settled_run)
+    client.force_login(make_operator(tenant, "reconciler"))
+    owner = make_operator(tenant, "operator", username="olga")
+    api = Api(client, ApiToken.issue(owner=owner, name="helpdesk")[1])
+    before = api.get(f"/cases/{case.pk}").json()["events"]
+    assert [e["type"] for e in before] == ["effect_sent"]
+
+    retention_pass()
+
+    assert api.get(f"/cases/{case.pk}").json()["events"] == before
+    page = client.get(f"/reconciliation/{case.pk}/").content.decode()
+    assert '<table class="events">' in page and "<td>effect_sent</td>" in page
