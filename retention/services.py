@@ -60,8 +60,6 @@ class RetentionReport:
 
     redacted: dict[str, int] = field(default_factory=dict)
     archived: dict[str, int] = field(default_factory=dict)
-    # Old enough, but kept: not ended, an open case, or an unconsumed approval.
-    held: dict[str, int] = field(default_factory=dict)
 
     def add(self, bucket: dict[str, int], slug: str, count: int = 1) -> None:
         if count:
@@ -227,7 +225,7 @@ def _redact_steps(run: Run) -> int:
     return redacted
 
 
-def run_redact(run_id, *, personal_data_days: int | None) -> bool:
+def run_redact(run_id) -> bool:
     """Redact one run's personal-data payloads in one transaction. False if it is held,
     archived or already redacted (another pass, or the operator's command, was first)."""
     with transaction.atomic():
@@ -236,7 +234,7 @@ def run_redact(run_id, *, personal_data_days: int | None) -> bool:
             .filter(pk=run_id, archived_at__isnull=True, personal_data_redacted_at__isnull=True)
             .first()
         )
-        if run is None or personal_data_days is None or _is_held(run):
+        if run is None or _is_held(run):
             return False
         _redact_steps(run)
         Run.objects.filter(pk=run.pk).update(personal_data_redacted_at=timezone.now())
@@ -271,6 +269,8 @@ def archive_prune(run: Run, steps: list[Step], *, name: str, sha256: str) -> Non
 
 def run_archive_and_prune(run_id, *, personal_data_days: int | None) -> bool:
     """Archive one run and prune it, in one transaction; False if it is held or archived.
+    ``personal_data_days``: its tenant's; when set, a run not yet redacted is redacted
+    first.
 
     The document is written under the run's lock, before the prune, so it holds exactly
     what is pruned: nothing can add an event to the run in between.
@@ -314,7 +314,7 @@ def retention_pass(
     for run_id, tenant_id in _first(redaction_candidates(tenants), limit):
         if keep_going is not None and not keep_going():
             return report
-        if dry_run or run_redact(run_id, personal_data_days=days[tenant_id]):
+        if dry_run or run_redact(run_id):
             report.add(report.redacted, slugs[tenant_id])
 
     for run_id, tenant_id in _first(archive_candidates(tenants), limit):
