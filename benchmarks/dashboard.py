@@ -1369,14 +1369,16 @@ def main(argv: list[str] | None = None) -> int:
 
         selected = [p for p in pages(targets) if not args.only or args.only in p.label]
         width = max((len(p.label) for p in selected), default=30) + 2
-        print(
-            f"\nHoldfast dashboard: {targets.tenant_runs:,} runs of the biggest tenant "
-            f"({size.runs:,} runs, {size.steps:,} steps in all); django.test.Client in-process; "
-            f"per page up to {args.warmup} warm-ups, then up to {args.repeat} timed requests "
-            f"(at least 3; fewer past {args.page_seconds:g} s); target median < "
-            f"{TARGET_MS:.0f} ms. SQL ms and stmts: one more request with its SQL captured."
-        )
-        print(report_header(width), flush=True)
+        if selected:
+            print(
+                f"\nHoldfast dashboard: {targets.tenant_runs:,} runs of the biggest tenant "
+                f"({size.runs:,} runs, {size.steps:,} steps in all); django.test.Client "
+                f"in-process; per page up to {args.warmup} warm-ups, then up to "
+                f"{args.repeat} timed requests (at least 3; fewer past "
+                f"{args.page_seconds:g} s); target median < {TARGET_MS:.0f} ms. SQL ms and "
+                "stmts: one more request with its SQL captured."
+            )
+            print(report_header(width), flush=True)
         results = []
         for page in selected:
             result = measure(client, page, args.repeat, args.warmup, args.page_seconds)
