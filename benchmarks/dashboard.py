@@ -19,6 +19,10 @@ whether the slowest statements the view ran use an index, from ``EXPLAIN
 The overview (``/overview/``) is timed per range, whole and chart by chart (each
 chart's read in ``overview.selectors``), against its own target: median < 200 ms.
 
+With ``--with-retention`` each page is timed a second time while a retention pass
+archives the tenants' runs past 30 days (one after another, in another process, in a
+transaction rolled back at the end), and printed against its own quiet median.
+
 The retention duty's reads (``retention.services``: the archive candidates and the
 redaction candidates of one pass, a batch of 200) are timed under three policies set on
 the benchmark's tenants (nothing is archived: the fill stays as it is): the
@@ -46,6 +50,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -1219,6 +1224,88 @@ def _retention_row(policy: str, label: str, sql: str, params, repeat: int, basel
         print("    " + plan.replace("\n", "\n    "))
 
 
+ARCHIVER_FLAG = "--archive-until-stopped"
+
+
+def archive_until_stopped() -> int:
+    """The retention pass ``--with-retention`` runs beside the pages, in its own process
+    (in a thread it would share the pages' interpreter lock): it archives the bench
+    tenants' runs past 30 days one after another as fast as it goes (a backlog, the worst
+    case: the sweeper's duty does a batch a minute), inside one transaction rolled back
+    at the end, so the fill is left as it was; archives go to the scratch directory.
+    Stops at SIGTERM and prints how many runs it archived."""
+    import signal
+
+    scratch = configure_environment()
+    from django.db import transaction
+
+    from accounts.models import Tenant
+    from retention.services import archive_candidates, run_archive_and_prune
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    tenants = list(Tenant.objects.filter(slug__startswith=TENANT_PREFIX))
+    for tenant in tenants:
+        tenant.retention_days = 30
+    archived = 0
+    print("ready", flush=True)
+    try:
+        with transaction.atomic():
+            while not stopping.is_set():
+                [candidates] = archive_candidates(tenants)
+                for run_id in candidates.values_list("pk", flat=True)[:50]:
+                    if stopping.is_set():
+                        break
+                    # A savepoint inside the outer transaction, as a pass's own
+                    # transaction: the same statements, the same row locks.
+                    run_archive_and_prune(run_id, personal_data_days=None)
+                    archived += 1
+            transaction.set_rollback(True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"archived {archived}", flush=True)
+    return 0
+
+
+def print_pages_under_retention(client, selected, quiet, args, width: int) -> None:
+    """Each page timed again while ``archive_until_stopped`` archives in another process
+    (stopped with SIGSTOP between pages); its median against the page's own quiet median,
+    measured in the same run just before."""
+    import signal
+    import subprocess
+
+    archiver = subprocess.Popen(
+        [sys.executable, __file__, ARCHIVER_FLAG], stdout=subprocess.PIPE, text=True
+    )
+    assert archiver.stdout is not None
+    if archiver.stdout.readline().strip() != "ready":
+        print("\nthe retention pass did not start; pages not timed under it")
+        archiver.kill()
+        return
+    archiver.send_signal(signal.SIGSTOP)
+    print(
+        "\nPages while a retention pass archives runs in another process (one run after "
+        "another, rolled back at the end); ratio: median with it / median without it, "
+        "measured above:"
+    )
+    print(f"{'page':<{width}}{'quiet':>9}{'with':>9}{'ratio':>8}")
+    try:
+        for page, before in zip(selected, quiet, strict=True):
+            archiver.send_signal(signal.SIGCONT)
+            during = measure(client, page, args.repeat, args.warmup, args.page_seconds)
+            archiver.send_signal(signal.SIGSTOP)
+            print(
+                f"{page.label:<{width}}{before.median:>9.1f}{during.median:>9.1f}"
+                f"{during.median / before.median:>7.2f}x",
+                flush=True,
+            )
+    finally:
+        archiver.send_signal(signal.SIGCONT)
+        archiver.terminate()
+        out, _ = archiver.communicate(timeout=120)
+    print(f"  runs archived meanwhile (then rolled back): {out.strip() or '?'}")
+
+
 def print_retention(targets: Targets, repeat: int) -> None:
     """The retention duty's reads over the whole run table, against a primary-key read.
 
@@ -1293,6 +1380,11 @@ def main(argv: list[str] | None = None) -> int:
         help="stop timing a slow page after this many seconds, once it has 3 samples (15)",
     )
     parser.add_argument("--only", default="", help="measure only pages whose label has this")
+    parser.add_argument(
+        "--with-retention",
+        action="store_true",
+        help="time each page again while a retention pass archives runs (rolled back)",
+    )
     args = parser.parse_args(argv)
     if args.runs < 100 or args.steps_per_run < 1 or args.tenants < 2:
         parser.error("--runs >= 100, --steps-per-run >= 1 and --tenants >= 2")
@@ -1395,6 +1487,8 @@ def main(argv: list[str] | None = None) -> int:
                 p95 = sorted(samples)[max(0, math.ceil(0.95 * len(samples)) - 1)]
                 verdict = "PASS" if median < CHART_TARGET_MS else "MISS"
                 print(f"{label:<{width}}{median:>9.1f}{p95:>9.1f}{len(samples):>4}  {verdict}")
+        if args.with_retention and selected:
+            print_pages_under_retention(client, selected, results, args, width)
         if not args.only or "retention" in args.only:
             print_retention(targets, args.repeat)
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -1414,4 +1508,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == [ARCHIVER_FLAG]:
+        sys.exit(archive_until_stopped())
     sys.exit(main())
