@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 
 from django.conf import settings
 from django.core.files.storage import default_storage
@@ -60,6 +61,8 @@ class RetentionReport:
 
     redacted: dict[str, int] = field(default_factory=dict)
     archived: dict[str, int] = field(default_factory=dict)
+    # Runs whose redaction or archive raised (logged); each is tried again next pass.
+    failed: dict[str, int] = field(default_factory=dict)
 
     def add(self, bucket: dict[str, int], slug: str, count: int = 1) -> None:
         if count:
@@ -293,6 +296,17 @@ def run_archive_and_prune(run_id, *, personal_data_days: int | None) -> bool:
 # --- a pass ------------------------------------------------------------------------
 
 
+def _one_run(report: RetentionReport, slug: str, work, run_id) -> bool:
+    """``work(run_id)``; a run that fails (a blob's file gone, say) is logged and counted,
+    and the pass goes on with the next: its transaction rolled back, nothing of it changed."""
+    try:
+        return work(run_id)
+    except Exception:
+        log.exception("retention: run %s of %s failed; it is tried again next pass", run_id, slug)
+        report.add(report.failed, slug)
+        return False
+
+
 def retention_pass(
     *,
     tenants: list[Tenant] | None = None,
@@ -314,13 +328,14 @@ def retention_pass(
     for run_id, tenant_id in _first(redaction_candidates(tenants), limit):
         if keep_going is not None and not keep_going():
             return report
-        if dry_run or run_redact(run_id):
+        if dry_run or _one_run(report, slugs[tenant_id], run_redact, run_id):
             report.add(report.redacted, slugs[tenant_id])
 
     for run_id, tenant_id in _first(archive_candidates(tenants), limit):
         if keep_going is not None and not keep_going():
             return report
-        if dry_run or run_archive_and_prune(run_id, personal_data_days=days[tenant_id]):
+        archive = partial(run_archive_and_prune, personal_data_days=days[tenant_id])
+        if dry_run or _one_run(report, slugs[tenant_id], archive, run_id):
             report.add(report.archived, slugs[tenant_id])
     return report
 
@@ -353,10 +368,11 @@ def retention_duty(sweep_pass) -> None:
         return
     _last_pass = time.monotonic()
     report = retention_pass(keep_going=sweep_pass.keep_lease)
-    if report.total:
+    if report.total or report.failed:
         sweep_pass.report.retention = {
             "redacted": sum(report.redacted.values()),
             "archived": sum(report.archived.values()),
+            "failed": sum(report.failed.values()),
         }
         log.info(
             "retention: redacted %d runs, archived %d runs",

@@ -346,3 +346,19 @@ def test_a_run_pinned_before_tools_declared_personal_data_reads_its_agent_versio
     assert retention_pass().redacted == {tenant.slug: 1}
     assert is_redacted(run.steps.get(name="lookup_order").input)
     assert not is_redacted(run.steps.get(name="issue_refund").input)
+
+
+def test_a_run_that_fails_is_logged_and_the_pass_goes_on(tenant, make_run, caplog):
+    broken = make_run(tenant, ended_days_ago=50, large_result=True)
+    fine = make_run(tenant, ended_days_ago=40)
+    blob = Blob.objects.get(pk=broken.steps.exclude(result_blob=None).get().result_blob_id)
+    default_storage.delete(blob.storage_name)  # the blob's file is gone
+
+    report = retention_pass()
+
+    assert report.failed == {tenant.slug: 1} and report.archived == {tenant.slug: 1}
+    assert f"run {broken.pk} of {tenant.slug} failed" in caplog.text
+    broken.refresh_from_db()
+    fine.refresh_from_db()
+    assert broken.archived_at is None and RunEvent.objects.filter(run=broken).count() == 3
+    assert fine.archived_at is not None

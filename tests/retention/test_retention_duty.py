@@ -30,7 +30,7 @@ def test_it_archives_and_reports_then_waits_for_its_interval(tenant, make_run, m
     monkeypatch.setattr(SweepPass, "keep_lease", lambda self: True)
     first = _sweep_pass()
     services.retention_duty(first)
-    assert first.report.retention == {"redacted": 0, "archived": 1}
+    assert first.report.retention == {"redacted": 0, "archived": 1, "failed": 0}
 
     make_run(tenant)
     second = _sweep_pass()

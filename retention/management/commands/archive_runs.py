@@ -35,12 +35,18 @@ class Command(BaseCommand):
 
         redacted: dict[str, int] = {}
         archived: dict[str, int] = {}
+        failed: dict[str, int] = {}
         while True:
             report = retention_pass(tenants=tenants, limit=batch, dry_run=dry_run)
-            for total, done in ((redacted, report.redacted), (archived, report.archived)):
+            for total, done in (
+                (redacted, report.redacted),
+                (archived, report.archived),
+                (failed, report.failed),
+            ):
                 for slug, count in done.items():
                     total[slug] = total.get(slug, 0) + count
-            # A dry pass changes nothing, so its first batch is all it can count.
+            # A dry pass changes nothing, so its first batch is all it can count; a batch
+            # of nothing but failures would fail again.
             if dry_run or not report.total:
                 break
         held = held_counts(tenants)
@@ -58,6 +64,8 @@ class Command(BaseCommand):
                 f"kept {held.get(each.slug, 0)} (not ended, an open case or an unconsumed "
                 "approval)"
             )
+            if failed.get(each.slug):
+                line += f"; FAILED {failed[each.slug]} (logged; tried again next pass)"
             self.stdout.write(line)
             done = redacted.get(each.slug, 0) + archived.get(each.slug, 0)
             if done and not dry_run:
