@@ -5,10 +5,13 @@ import secrets
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
 DEFAULT_TENANT_SLUG = "default"
+DEFAULT_RETENTION_DAYS = 30
 
 
 class Tenant(models.Model):
@@ -21,6 +24,30 @@ class Tenant(models.Model):
     # Edited through the tenant settings form (config/tenant_settings.py), which checks
     # it against the registered agents' own configuration.
     agent_config = models.JSONField(default=dict, blank=True)
+    # Retention (docs/architecture.md §3.14): the events and step payloads of a run that
+    # ended longer ago than this move to its archive document and leave the hot tables.
+    retention_days = models.PositiveIntegerField(
+        default=DEFAULT_RETENTION_DAYS,
+        db_default=DEFAULT_RETENTION_DAYS,
+        validators=[MinValueValidator(1)],
+        help_text=(
+            "Days after a run ends before its events and step inputs and results are "
+            "archived (the run, its outcome and its steps' timeline stay)."
+        ),
+    )
+    # Payloads of tools that declare personal data are replaced by a redaction marker
+    # this many days after their run ended; null: kept as long as the rest.
+    personal_data_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        verbose_name="redact personal data after (days)",
+        help_text=(
+            "Days after a run ends before the inputs and results of its tools that "
+            "declare personal data (and its model steps, which read them) are redacted, "
+            "here and in its archive. At most the retention period; empty: never earlier."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -28,6 +55,22 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.name or self.slug
+
+    def clean(self) -> None:
+        super().clean()
+        if (
+            self.personal_data_days is not None
+            and self.retention_days is not None
+            and self.personal_data_days > self.retention_days
+        ):
+            raise ValidationError(
+                {
+                    "personal_data_days": (
+                        f"at most the retention period ({self.retention_days} days): "
+                        "personal data is redacted before its run is archived, never after"
+                    )
+                }
+            )
 
 
 class Operator(models.Model):

@@ -141,6 +141,18 @@ class Run(models.Model):
     approved_by = models.CharField(max_length=200, blank=True, db_default="")
     compensated = models.BooleanField(default=False, db_default=False)
 
+    # Retention (retention/services.py, docs/architecture.md §3.14): when the run's events
+    # and its steps' inputs, requests and results moved to its archive document
+    # (agentruns.archives), the document's name in storage and the SHA-256 of its
+    # canonical JSON. The row itself, its outcome and its step rows stay.
+    archived_at = models.DateTimeField(null=True, blank=True)
+    archive_name = models.CharField(max_length=300, blank=True, db_default="")
+    archive_sha256 = models.CharField(max_length=64, blank=True, db_default="")
+    # When the payloads of its steps that carry personal data were replaced by a
+    # redaction marker; also set for a run that had none, so each ended run is looked
+    # at once.
+    personal_data_redacted_at = models.DateTimeField(null=True, blank=True)
+
     objects = QuerySetRun.as_manager()
 
     class Meta:
@@ -201,6 +213,25 @@ class Run(models.Model):
                 condition=Q(finished_at__isnull=False),
                 name="run_tenant_ended",
             ),
+            # retention: a tenant's ended runs not yet archived, the candidates of an
+            # archive pass (retention.services.archive_candidates); an archived run
+            # leaves the index, so a pass with nothing to do reads no entry
+            models.Index(
+                fields=["tenant", "finished_at"],
+                condition=Q(finished_at__isnull=False, archived_at__isnull=True),
+                name="run_to_archive",
+            ),
+            # retention: a tenant's ended runs whose personal data was not yet redacted
+            # (retention.services.redaction_candidates)
+            models.Index(
+                fields=["tenant", "finished_at"],
+                condition=Q(
+                    finished_at__isnull=False,
+                    archived_at__isnull=True,
+                    personal_data_redacted_at__isnull=True,
+                ),
+                name="run_to_redact",
+            ),
             # run lists filtered by a mark (?mark=retried): a tenant's marked runs in a
             # state, newest first, and the state counts under the filter; only marked
             # runs have an entry
@@ -230,6 +261,10 @@ class Run(models.Model):
     @property
     def cost_usd(self) -> Decimal:
         return Decimal(self.cost_micros) / 1_000_000
+
+    @property
+    def is_archived(self) -> bool:
+        return self.archived_at is not None
 
     @property
     def outcome_label(self) -> str:

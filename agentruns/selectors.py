@@ -14,9 +14,10 @@ from django.utils import timezone
 
 from accounts.models import AuditEntry, Tenant
 from accounts.services import for_tenant
+from agentruns.archives import ArchiveUnreadable, run_archive
 from agentruns.dbclock import DbNow
 from agentruns.marks import MARKS
-from agentruns.models import Run, RunStatus, Step, StepKind, StepStatus
+from agentruns.models import Run, RunEvent, RunStatus, Step, StepKind, StepStatus
 from agentruns.money import format_amount
 from agentruns.services import engine_settings, get_registry
 from agentruns.states import GROUPS, RunState, StateGroup, group_named, state_of, states_of
@@ -457,6 +458,32 @@ def _audit_of(run: Run) -> list[AuditEntry]:
     return list(for_tenant(AuditEntry.objects.all(), run.tenant).filter(concerns)[:100])
 
 
+def step_events(run: Run, step_id: str, limit: int = 200) -> list[RunEvent]:
+    """The events of one of ``run``'s steps, oldest first (a case's attempts); an archived
+    run's from its archive, none when that cannot be read."""
+    if not run.archived_at:
+        return list(run.events.filter(step_id=step_id).order_by("id")[:limit])
+    try:
+        events = run_archive(run).events
+    except ArchiveUnreadable:
+        return []
+    return [event for event in events if event.step_id == step_id][:limit]
+
+
+def _events_of(run: Run, steps: list[Step]) -> tuple[list[RunEvent], str]:
+    """The run's latest 200 events, newest first; an archived run's from its archive,
+    whose step payloads are put back on ``steps``. The second value says why the
+    archive could not be read ("" when it could, or the run is not archived)."""
+    if not run.archived_at:
+        return list(run.events.order_by("-id")[:200]), ""
+    try:
+        archive = run_archive(run)
+    except ArchiveUnreadable as exc:
+        return [], str(exc)
+    archive.fill(steps)
+    return archive.events[::-1][:200], ""
+
+
 def run_detail_context(run: Run, user) -> dict[str, Any]:
     """Everything the run page shows ``user``. (The run is already the viewer's
     tenant's; so are its approvals and cases.)
@@ -468,13 +495,15 @@ def run_detail_context(run: Run, user) -> dict[str, Any]:
     approvals = list(run.approvals.order_by("-id"))
     cases = list(run.cases.order_by("id"))
     steps = list(run.steps.order_by("seq"))
+    events, archive_problem = _events_of(run, steps)
     return {
         "run": run,
+        "archive_problem": archive_problem,
         **run_holder_context(run, steps),
         "approvals": [(a, format_amount(a.amount, a.currency)) for a in approvals],
         "cases": cases,
         "steps": _step_rows(run, steps, approvals, cases),
-        "events": list(run.events.order_by("-id")[:200]),
+        "events": events,
         "audit": _audit_of(run),
         "error_detail": user.has_perm("accounts.view_provider_errors"),
         "can_cancel": user.has_perm("accounts.cancel_runs")

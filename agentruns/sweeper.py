@@ -52,6 +52,8 @@ class SweepReport:
     cases: dict[str, int] = field(default_factory=dict)
     # Working runs with nobody responsible for their next move (DESIGN §5).
     orphaned: list[str] = field(default_factory=list)
+    # Retention: runs whose personal data was redacted, runs archived.
+    retention: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:

@@ -23,6 +23,7 @@ from pydantic import ConfigDict
 from accounts.models import ApiToken
 from accounts.privacy import mask, mask_text, shown_error
 from accounts.services import for_tenant
+from agentruns.selectors import step_events
 from api.auth import actor, operation
 from api.errors import ApiError, ErrorOut
 from api.money import MoneyOut, money_out
@@ -317,7 +318,7 @@ def case_out(case: ReconciliationCase, *, detail: bool) -> dict[str, Any]:
         ],
         "events": [
             {"type": event.type, "at": event.created_at}
-            for event in case.run.events.filter(step_id=case.step_id_label).order_by("id")[:200]
+            for event in step_events(case.run, case.step_id_label)
         ],
         "observations": [
             observation_out(case, lookup, detail=detail) for lookup in case.lookups.order_by("id")

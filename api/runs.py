@@ -103,6 +103,10 @@ class RunOut(Schema):
     updated_at: datetime
     finished_at: datetime | None
     owner: OwnerOut | None = Field(description="the worker holding (or last holding) the run")
+    archived_at: datetime | None = Field(
+        description="when the tenant's retention moved the run's events and its steps' "
+        "inputs and results to its archive; the run and its steps stay readable here"
+    )
 
 
 class RunDetailOut(RunOut):
@@ -131,6 +135,7 @@ def run_out(run: Run) -> dict[str, Any]:
         "updated_at": run.updated_at,
         "finished_at": run.finished_at,
         "owner": owner._asdict() if owner else None,
+        "archived_at": run.archived_at,
     }
 
 

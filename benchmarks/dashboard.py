@@ -19,6 +19,19 @@ whether the slowest statements the view ran use an index, from ``EXPLAIN
 The overview (``/overview/``) is timed per range, whole and chart by chart (each
 chart's read in ``overview.selectors``), against its own target: median < 200 ms.
 
+With ``--with-retention`` each page is timed a second time while a retention pass
+archives the tenants' runs past 30 days (one after another, in another process, in a
+transaction rolled back at the end), and printed against its own quiet median.
+
+The retention duty's reads (``retention.services``: the archive candidates and the
+redaction candidates of one pass, a batch of 200) are timed under three policies set on
+the benchmark's tenants (nothing is archived: the fill stays as it is): the
+backlog (every tenant keeps 30 days, redacts after 7, nothing done yet) and the steady
+state (nothing due: each read finds no entry below its cutoff in the partial index),
+and the duty's whole pass in the steady state. Each is printed as a ratio of a primary-key read
+of one run measured in the same run, with the indexes its plan used
+(``EXPLAIN (ANALYZE, BUFFERS)``), and the plan in full when it scans a run table.
+
 DATABASE_URL defaults to the URL above; the database's name must contain
 "bench". It is created when missing and migrated. The fill is skipped when the
 database already holds a complete fill of the requested size; otherwise (or with
@@ -37,6 +50,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -1152,6 +1166,204 @@ def miss_plans(results: list[Result]) -> str:
 # --- main ------------------------------------------------------------------------------
 
 
+# --- the retention duty ------------------------------------------------------------------
+
+
+def _timed_sql(sql: str, params, repeat: int) -> list[float]:
+    from django.db import connection
+
+    samples = []
+    with connection.cursor() as cursor:
+        for _ in range(repeat):
+            began = time.perf_counter()
+            cursor.execute(sql, params)
+            cursor.fetchall()
+            samples.append((time.perf_counter() - began) * 1000)
+    return samples
+
+
+def _plan(sql: str, params) -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def retention_reads(retention_days: int, personal_data_days: int | None) -> list[tuple[str, Any]]:
+    """The duty's candidate reads under a policy every bench tenant has (in memory)."""
+    from accounts.models import Tenant
+    from retention.services import archive_candidates, redaction_candidates
+
+    tenants = list(Tenant.objects.filter(slug__startswith=TENANT_PREFIX))
+    for tenant in tenants:
+        tenant.retention_days = retention_days
+        tenant.personal_data_days = personal_data_days
+    # One period for all: one query each.
+    [redaction] = redaction_candidates(tenants)
+    [archive] = archive_candidates(tenants)
+    return [
+        (label, query.values_list("pk", "tenant_id")[:200].query.sql_with_params())
+        for label, query in [("redaction candidates", redaction), ("archive candidates", archive)]
+    ]
+
+
+def _retention_row(policy: str, label: str, sql: str, params, repeat: int, baseline: float):
+    samples = _timed_sql(sql, params, repeat)
+    plan = _plan(sql, params)
+    median = statistics.median(samples)
+    seq = [t for t in SEQ_SCAN.findall(plan) if t in WATCHED_TABLES]
+    used = sorted({a or b for a, b in INDEX_USE.findall(plan)})
+    rows = re.search(r"\(actual time=[\d.]+\.\.[\d.]+ rows=(\d+)", plan)
+    print(
+        f"  {policy:<44}{label:<22}{median:>9.2f} ms  x{median / baseline:>7.1f}  "
+        f"{rows.group(1) if rows else '?':>4} runs  "
+        f"{'SEQ SCAN ' + ','.join(seq) if seq else 'index: ' + ', '.join(used)}"
+    )
+    if seq or os.environ.get("HOLDFAST_BENCH_PLANS"):
+        print("    " + plan.replace("\n", "\n    "))
+
+
+ARCHIVER_FLAG = "--archive-until-stopped"
+
+
+def archive_until_stopped() -> int:
+    """The retention pass ``--with-retention`` runs beside the pages, in its own process
+    (in a thread it would share the pages' interpreter lock): it archives the bench
+    tenants' runs past 30 days one after another as fast as it goes (a backlog, the worst
+    case: the sweeper's duty does a batch a minute), inside one transaction rolled back
+    at the end, so the fill is left as it was; archives go to the scratch directory.
+    Stops at SIGTERM and prints how many runs it archived."""
+    import signal
+
+    scratch = configure_environment()
+    from django.db import transaction
+
+    from accounts.models import Tenant
+    from retention.services import archive_candidates, run_archive_and_prune
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    tenants = list(Tenant.objects.filter(slug__startswith=TENANT_PREFIX))
+    for tenant in tenants:
+        tenant.retention_days = 30
+    archived = 0
+    print("ready", flush=True)
+    try:
+        with transaction.atomic():
+            while not stopping.is_set():
+                [candidates] = archive_candidates(tenants)
+                for run_id in candidates.values_list("pk", flat=True)[:50]:
+                    if stopping.is_set():
+                        break
+                    # A savepoint inside the outer transaction, as a pass's own
+                    # transaction: the same statements, the same row locks.
+                    run_archive_and_prune(run_id, personal_data_days=None)
+                    archived += 1
+            transaction.set_rollback(True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"archived {archived}", flush=True)
+    return 0
+
+
+def print_pages_under_retention(client, selected, quiet, args, width: int) -> None:
+    """Each page timed again while ``archive_until_stopped`` archives in another process
+    (stopped with SIGSTOP between pages); its median against the page's own quiet median,
+    measured in the same run just before."""
+    import signal
+    import subprocess
+
+    archiver = subprocess.Popen(
+        [sys.executable, __file__, ARCHIVER_FLAG], stdout=subprocess.PIPE, text=True
+    )
+    assert archiver.stdout is not None
+    if archiver.stdout.readline().strip() != "ready":
+        print("\nthe retention pass did not start; pages not timed under it")
+        archiver.kill()
+        return
+    archiver.send_signal(signal.SIGSTOP)
+    print(
+        "\nPages while a retention pass archives runs in another process (one run after "
+        "another, rolled back at the end); ratio: median with it / median without it, "
+        "measured above:"
+    )
+    print(f"{'page':<{width}}{'quiet':>9}{'with':>9}{'ratio':>8}")
+    try:
+        for page, before in zip(selected, quiet, strict=True):
+            archiver.send_signal(signal.SIGCONT)
+            during = measure(client, page, args.repeat, args.warmup, args.page_seconds)
+            archiver.send_signal(signal.SIGSTOP)
+            print(
+                f"{page.label:<{width}}{before.median:>9.1f}{during.median:>9.1f}"
+                f"{during.median / before.median:>7.2f}x",
+                flush=True,
+            )
+    finally:
+        archiver.send_signal(signal.SIGCONT)
+        archiver.terminate()
+        out, _ = archiver.communicate(timeout=120)
+    print(f"  runs archived meanwhile (then rolled back): {out.strip() or '?'}")
+
+
+def print_retention(targets: Targets, repeat: int) -> None:
+    """The retention duty's reads over the whole run table, against a primary-key read.
+
+    The backlog: the fill as it is, every tenant keeping 30 days and redacting after 7,
+    nothing done yet. The steady state: a pass that finds nothing due reads, per tenant,
+    the partial index's range below its cutoff and finds it empty, however many entries
+    lie above it; a policy longer than the fill's history (100 days) makes exactly that
+    read without changing the fill. (Marking the old runs archived in a transaction to
+    roll back would not do: their index entries stay until a vacuum, which cannot run
+    inside it.)
+    """
+    from django.db import transaction
+
+    from accounts.models import Tenant
+    from agentruns.sweeper import SweepReport
+    from retention import services
+    from retention.services import retention_duty
+
+    baseline = statistics.median(
+        _timed_sql("SELECT id FROM agentruns_run WHERE id = %s", [targets.run_id], repeat)
+    )
+    print(
+        f"\nRetention duty (retention.services), a batch of 200 over every tenant's runs; "
+        f"baseline: a primary-key read of one run, median {baseline:.3f} ms (the machine "
+        "is shared):"
+    )
+    steady = HISTORY_DAYS + 10
+    policies = [
+        ("backlog: keep 30 d, redact after 7 d", 30, 7),
+        (f"steady: keep {steady} d, redact after {steady} d", steady, steady),
+    ]
+    for policy, days, personal in policies:
+        for label, (sql, params) in retention_reads(days, personal):
+            _retention_row(policy, label, sql, params, repeat, baseline)
+
+    class _Pass:
+        report = SweepReport()
+
+        def keep_lease(self) -> bool:
+            return True
+
+    with transaction.atomic():
+        # The policy saved for the duty to read, and rolled back.
+        Tenant.objects.update(retention_days=steady, personal_data_days=steady)
+        samples = []
+        for _ in range(repeat):
+            services._last_pass = 0.0
+            started = time.perf_counter()
+            retention_duty(_Pass())
+            samples.append((time.perf_counter() - started) * 1000)
+        transaction.set_rollback(True)
+    median = statistics.median(samples)
+    print(
+        f"  {'steady: the whole duty (tenants + 2 reads), nothing due':<66}{median:>9.2f} ms  "
+        f"x{median / baseline:>7.1f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1_000_000, help="runs (default 1,000,000)")
@@ -1168,6 +1380,11 @@ def main(argv: list[str] | None = None) -> int:
         help="stop timing a slow page after this many seconds, once it has 3 samples (15)",
     )
     parser.add_argument("--only", default="", help="measure only pages whose label has this")
+    parser.add_argument(
+        "--with-retention",
+        action="store_true",
+        help="time each page again while a retention pass archives runs (rolled back)",
+    )
     args = parser.parse_args(argv)
     if args.runs < 100 or args.steps_per_run < 1 or args.tenants < 2:
         parser.error("--runs >= 100, --steps-per-run >= 1 and --tenants >= 2")
@@ -1243,15 +1460,17 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         selected = [p for p in pages(targets) if not args.only or args.only in p.label]
-        width = max(len(p.label) for p in selected) + 2
-        print(
-            f"\nHoldfast dashboard: {targets.tenant_runs:,} runs of the biggest tenant "
-            f"({size.runs:,} runs, {size.steps:,} steps in all); django.test.Client in-process; "
-            f"per page up to {args.warmup} warm-ups, then up to {args.repeat} timed requests "
-            f"(at least 3; fewer past {args.page_seconds:g} s); target median < "
-            f"{TARGET_MS:.0f} ms. SQL ms and stmts: one more request with its SQL captured."
-        )
-        print(report_header(width), flush=True)
+        width = max((len(p.label) for p in selected), default=30) + 2
+        if selected:
+            print(
+                f"\nHoldfast dashboard: {targets.tenant_runs:,} runs of the biggest tenant "
+                f"({size.runs:,} runs, {size.steps:,} steps in all); django.test.Client "
+                f"in-process; per page up to {args.warmup} warm-ups, then up to "
+                f"{args.repeat} timed requests (at least 3; fewer past "
+                f"{args.page_seconds:g} s); target median < {TARGET_MS:.0f} ms. SQL ms and "
+                "stmts: one more request with its SQL captured."
+            )
+            print(report_header(width), flush=True)
         results = []
         for page in selected:
             result = measure(client, page, args.repeat, args.warmup, args.page_seconds)
@@ -1268,6 +1487,10 @@ def main(argv: list[str] | None = None) -> int:
                 p95 = sorted(samples)[max(0, math.ceil(0.95 * len(samples)) - 1)]
                 verdict = "PASS" if median < CHART_TARGET_MS else "MISS"
                 print(f"{label:<{width}}{median:>9.1f}{p95:>9.1f}{len(samples):>4}  {verdict}")
+        if args.with_retention and selected:
+            print_pages_under_retention(client, selected, results, args, width)
+        if not args.only or "retention" in args.only:
+            print_retention(targets, args.repeat)
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"load average at the end: {load}")
         passed = sum(r.passed for r in results)
@@ -1285,4 +1508,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == [ARCHIVER_FLAG]:
+        sys.exit(archive_until_stopped())
     sys.exit(main())

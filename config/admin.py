@@ -90,6 +90,10 @@ class TenantSettingsAdmin(TenantAdmin):
         fieldsets = [
             (None, {"fields": ["slug", "name"]}),
             (
+                "Retention (manage.py archive_runs applies it now; the sweeper, every minute)",
+                {"fields": ["retention_days", "personal_data_days"]},
+            ),
+            (
                 "Approvals, per agent (pinned into each new run, never into a started one)",
                 {"fields": approval_field_names(get_registry())},
             ),

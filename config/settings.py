@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "approvals",
     "reconciliation",
     "evidence",
+    "retention",
     "bulk",
     "notifications",
     "webhooks",
@@ -323,6 +324,10 @@ HOLDFAST = {
     # (counted in the database, not per process): each holds a worker for up to its
     # 5 s timeout, so keep it below the number of worker processes.
     "LOOKUP_CONCURRENCY": env_int("HOLDFAST_LOOKUP_CONCURRENCY", 4),
+    # Retention (docs/architecture.md §3.14): the sweeper's retention pass runs this often,
+    # and redacts, then archives, at most this many runs each, one transaction per run.
+    "RETENTION_INTERVAL_SECONDS": env_float("HOLDFAST_RETENTION_INTERVAL_SECONDS", 60.0),
+    "RETENTION_BATCH_RUNS": env_int("HOLDFAST_RETENTION_BATCH_RUNS", 200),
     # Step results larger than this go to Blob storage.
     "INLINE_RESULT_LIMIT": env_int("HOLDFAST_INLINE_RESULT_LIMIT", 256 * 1024),
     # While the database connection is lost (a restart, a failover), a worker retries

@@ -170,7 +170,8 @@ def limits_field(agent: Agent) -> str:
 
 
 class TenantSettingsFormBase(forms.ModelForm):
-    """Slug, name, each approving agent's approval settings, and other agent settings."""
+    """Slug, name, retention, each approving agent's approval settings, and other agent
+    settings."""
 
     other_settings = forms.JSONField(
         required=False,
@@ -187,7 +188,7 @@ class TenantSettingsFormBase(forms.ModelForm):
 
     class Meta:
         model = Tenant
-        fields = ["slug", "name"]
+        fields = ["slug", "name", "retention_days", "personal_data_days"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

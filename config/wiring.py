@@ -52,14 +52,16 @@ from reconciliation.live import CasePage, QueuePage
 from reconciliation.lookups import lookups_duty
 from reconciliation.selectors import open_case_count
 from reconciliation.services import cases_sweep_duty, install_resolved_hooks
+from retention.services import retention_duty
 from webhooks import services as webhooks
 from webhooks.live import DeliveryLogPage
 
 # What one sweeper pass does, in order. The run duties first: they only knock on
 # runs; then approvals (an expiry is an event a page shows; a decision whose
 # wake-up was lost is resumed); then reconciliation (its lookups are workers'
-# tasks, a few at a time, so a provider that hangs never holds up a pass); the
-# orphan check last, over the result.
+# tasks, a few at a time, so a provider that hangs never holds up a pass); retention
+# after the rest (it touches only runs that ended long ago); the orphan check last,
+# over the result.
 SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
     sweeper.Duty("wake runs whose retry or timer is due", sweeper.wake_due),
     sweeper.Duty("recover runs whose lease expired", sweeper.recover_expired),
@@ -71,6 +73,9 @@ SWEEPER_DUTIES: tuple[sweeper.Duty, ...] = (
     sweeper.Duty("start missed notifications and due digests", notifications_duty),
     sweeper.Duty("hand lost bulk actions to a worker again", bulk_resume_duty),
     sweeper.Duty("raise missed webhook events, start their deliveries", webhooks.webhooks_duty),
+    # Every minute at most, after everything that moves runs along: it only ever
+    # touches runs that ended long ago.
+    sweeper.Duty("redact and archive runs past their retention", retention_duty),
     sweeper.Duty("report runs nobody is responsible for", sweeper.report_orphans),
 )
 

@@ -4,7 +4,8 @@ The run; every step in order with its input, exact request, result, attempts, re
 log, effect key and provider reference; the event log; every approval with its
 arguments, their hash, the resource's state then, the decision and what consumed it;
 every reconciliation case with its provider lookups and resolution; and the audit
-entries for the run, its approvals and its cases.
+entries for the run, its approvals and its cases. An archived run's events and step
+payloads are read from its archive, so its bundle is the one it had before.
 
 What leaves the database is shown as on the pages: recorded JSON through ``mask``, free
 text through ``mask_text``, a provider's own words (a step's error, an answer's message,
@@ -33,6 +34,7 @@ from django.db.models import Q
 from accounts.models import AuditEntry
 from accounts.privacy import mask, mask_text, shown_error
 from accounts.services import for_tenant
+from agentruns.archives import run_archive
 from agentruns.models import Blob, Run, RunEvent, Step, StepKind
 from agentruns.money import format_amount
 from approvals.models import Approval
@@ -47,6 +49,13 @@ def run_bundle(run: Run, *, provider_error_detail: bool) -> dict[str, Any]:
     hold ``view_provider_errors``). The run is already the reader's tenant's."""
     detail = provider_error_detail
     steps = list(run.steps.order_by("seq"))
+    events = list(run.events.order_by("id"))
+    if run.archived_at:
+        # Its events and step payloads are in its archive document (agentruns.archives),
+        # read back as recorded: the bundle is the one it was before archiving.
+        archive = run_archive(run)
+        archive.fill(steps)
+        events = archive.events
     approvals = list(for_tenant(Approval.objects.all(), run.tenant).filter(run=run).order_by("id"))
     cases = list(
         for_tenant(ReconciliationCase.objects.all(), run.tenant)
@@ -72,7 +81,7 @@ def run_bundle(run: Run, *, provider_error_detail: bool) -> dict[str, Any]:
         },
         "run": _run(run),
         "steps": [_step(step, step_ids, consumed_by, detail) for step in steps],
-        "events": [_event(event, detail) for event in run.events.order_by("id")],
+        "events": [_event(event, detail) for event in events],
         "approvals": [_approval(approval, by_effect_key) for approval in approvals],
         "reconciliation_cases": [_case(case, detail) for case in cases],
         "audit": [_audit(entry) for entry in _audit_entries(run, approvals, cases)],

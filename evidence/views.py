@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 
 from accounts.access import operator_required
 from accounts.services import for_tenant
+from agentruns.archives import ArchiveUnreadable
 from agentruns.models import Run
 from evidence.services import Export, evidence_export
 
@@ -21,6 +22,17 @@ def _run_or_404(request: HttpRequest, run_id: uuid.UUID) -> Run:
     if run is None:
         raise Http404("No such run.")
     return run
+
+
+def _archive_unreadable(exc: ArchiveUnreadable) -> HttpResponse:
+    # An archived run's events and payloads are only in its archive: without it the
+    # bundle would be incomplete, so none is exported (and nothing is audited).
+    return HttpResponse(
+        f"This run's evidence cannot be exported: {exc}. Restore the archive from the "
+        "media backup (README, Retention).",
+        status=503,
+        content_type="text/plain; charset=utf-8",
+    )
 
 
 def _signed(response: HttpResponse, export: Export) -> HttpResponse:
@@ -34,7 +46,10 @@ def _signed(response: HttpResponse, export: Export) -> HttpResponse:
 @operator_required("view_runs")
 def run_evidence_json(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _run_or_404(request, run_id)
-    export = evidence_export(run=run, user=request.user, fmt="json", request=request)
+    try:
+        export = evidence_export(run=run, user=request.user, fmt="json", request=request)
+    except ArchiveUnreadable as exc:
+        return _archive_unreadable(exc)
     body = json.dumps(export.document(), indent=2, sort_keys=True, ensure_ascii=False)
     response = HttpResponse(body.encode("utf-8"), content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
@@ -46,6 +61,9 @@ def run_evidence_json(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 @operator_required("view_runs")
 def run_evidence_page(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _run_or_404(request, run_id)
-    export = evidence_export(run=run, user=request.user, fmt="html", request=request)
+    try:
+        export = evidence_export(run=run, user=request.user, fmt="html", request=request)
+    except ArchiveUnreadable as exc:
+        return _archive_unreadable(exc)
     context = {"export": export, "bundle": export.bundle, "run": export.bundle["run"]}
     return _signed(render(request, "evidence/run_evidence.html", context), export)

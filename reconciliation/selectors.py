@@ -6,6 +6,7 @@ from typing import Any
 
 from accounts.models import AuditEntry, Tenant
 from accounts.services import for_tenant
+from agentruns.selectors import step_events
 from reconciliation.models import CaseStatus, ReconciliationCase
 from reconciliation.services import OPERATOR_OUTCOMES, case_choices, newest_lookup
 
@@ -45,9 +46,7 @@ def case_context(case: ReconciliationCase, user) -> dict[str, Any]:
         "step": case.step,
         "newest": newest_lookup(case),
         "lookups": list(case.lookups.order_by("id")),
-        "attempt_events": list(
-            case.run.events.filter(step_id=case.step_id_label).order_by("id")[:200]
-        ),
+        "attempt_events": step_events(case.run, case.step_id_label),
         "choices": case_choices(case) if case.is_open else [],
         "outcomes": [(o.value, o.label) for o in OPERATOR_OUTCOMES],
         "can_settle": user.has_perm("accounts.settle_effects"),

@@ -115,7 +115,12 @@ refund_agent = Agent(FunctionModel(refund_conversation), instructions=INSTRUCTIO
 
 
 @refund_agent.tool_plain
-@durable(recovery=tools.lookup_order.recovery, timeout=5.0, provider="shop")
+@durable(
+    recovery=tools.lookup_order.recovery,
+    timeout=5.0,
+    provider="shop",
+    personal_data=tools.lookup_order.personal_data,
+)
 def lookup_order(order_id: Annotated[str, Field(min_length=1, max_length=64)]) -> dict:
     """Read an order: customer, items, amount, payment intent and refund state."""
     return tools.lookup_order.call({"order_id": order_id}, current_call())
@@ -150,7 +155,12 @@ def issue_refund(
 
 
 @refund_agent.tool_plain
-@durable(recovery=tools.send_customer_email.recovery, timeout=10.0, provider="mail (SMTP)")
+@durable(
+    recovery=tools.send_customer_email.recovery,
+    timeout=10.0,
+    provider="mail (SMTP)",
+    personal_data=tools.send_customer_email.personal_data,
+)
 def send_customer_email(
     to: Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")],
     subject: Annotated[str, Field(min_length=1, max_length=200)],

@@ -38,6 +38,8 @@ class LookupOrderArgs(BaseModel):
     recovery=READ_ONLY,
     timeout=5.0,
     provider="shop",
+    # The order names its customer and their address.
+    personal_data=True,
 )
 def lookup_order(request: dict, call: CallInfo) -> dict:
     return adapters.shop_order(call.credentials("shop"), request["order_id"], timeout=call.timeout)
@@ -211,6 +213,7 @@ class CustomerEmailArgs(BaseModel):
     recovery=MANUAL,
     timeout=10.0,
     provider="mail (SMTP)",
+    personal_data=True,
 )
 def send_customer_email(request: dict, call: CallInfo) -> dict:
     return email_send(call, to=request["to"], subject=request["subject"], body=request["body"])

@@ -140,6 +140,7 @@ class Durable:
     timeout: float = 10.0
     approval: ApprovalPolicy | None = None
     provider: str = ""
+    personal_data: bool = False
 
 
 def durable(
@@ -151,6 +152,7 @@ def durable(
     timeout: float = 10.0,
     approval: ApprovalPolicy | None = None,
     provider: str = "",
+    personal_data: bool = False,
 ) -> Callable[[F], F]:
     """Declare, next to a Pydantic AI tool, how Holdfast recovers it.
 
@@ -158,10 +160,12 @@ def durable(
     ``MANUAL``; ``lookup(args, call)`` finds what an interrupted call did by its
     effect key; ``undo`` names a Holdfast tool that compensates it (given to
     ``holdfast_agent(tools=…)``: a compensation runs after the agent's loop, not
-    inside it); ``approval`` an ``ApprovalPolicy``. The decorated function is
-    returned unchanged, so it goes under ``@agent.tool`` / ``@agent.tool_plain``.
+    inside it); ``approval`` an ``ApprovalPolicy``; ``personal_data`` that its
+    arguments or answers name a person (as ``@tool`` declares it). The decorated
+    function is returned unchanged, so it goes under ``@agent.tool`` /
+    ``@agent.tool_plain``.
     """
-    declaration = Durable(recovery, lookup, undo, retry, timeout, approval, provider)
+    declaration = Durable(recovery, lookup, undo, retry, timeout, approval, provider, personal_data)
 
     def mark(function: F) -> F:
         setattr(function, _DECLARATION, declaration)
@@ -279,6 +283,7 @@ def _holdfast_tool(tool, declaration: Durable) -> Tool:
         timeout=declaration.timeout,
         approval=approval,
         provider=declaration.provider,
+        personal_data=declaration.personal_data,
     )
 
 

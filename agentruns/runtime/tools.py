@@ -224,6 +224,9 @@ class Tool:
     approval: ApprovalPolicy | None = None
     # Who performs the effect, in words an operator searches for ("payments").
     provider: str = ""
+    # Its arguments or results carry personal data (a customer's address, an order's
+    # buyer): a tenant may have them redacted sooner than the rest of a run is kept.
+    personal_data: bool = False
 
     def __post_init__(self) -> None:
         if self.recovery.lookup and self.find is None:
@@ -265,6 +268,7 @@ class Tool:
             "recovery": self.recovery.as_json(),
             "undo": self.undo.tool if self.undo else None,
             "approval": self.approval is not None,
+            "personal_data": self.personal_data,
         }
 
 
@@ -281,11 +285,14 @@ def tool(
     timeout: float = 10.0,
     approval: ApprovalPolicy | None = None,
     provider: str = "",
+    personal_data: bool = False,
 ) -> Callable[[Callable[[dict[str, Any], CallInfo], dict[str, Any]]], Tool]:
     """Declare a tool from a function that performs one attempt.
 
     The function receives the exact stored request (a dict) and a ``CallInfo``
     with the effect key; it returns the provider's answer as a JSON-able dict.
+    ``personal_data``: its arguments or results name a person, so a tenant's
+    "redact personal data after" setting applies to its steps.
     """
 
     def decorate(fn: Callable[[dict[str, Any], CallInfo], dict[str, Any]]) -> Tool:
@@ -302,6 +309,7 @@ def tool(
             timeout=timeout,
             approval=approval,
             provider=provider,
+            personal_data=personal_data,
         )
 
     return decorate

@@ -21,7 +21,15 @@ def admin_operator(tenant, admin_user):
 
 def _settings(tenant) -> dict[str, str]:
     # The tenant settings form as it is shown, unchanged (config/tenant_settings.py).
-    data = {"slug": tenant.slug, "name": tenant.name, "other_settings": "{}"}
+    data = {
+        "slug": tenant.slug,
+        "name": tenant.name,
+        "retention_days": str(tenant.retention_days),
+        "personal_data_days": ""
+        if tenant.personal_data_days is None
+        else str(tenant.personal_data_days),
+        "other_settings": "{}",
+    }
     for agent in approving_agents(get_registry()):
         data[f"{agent.name}__approvals_enabled"] = "on"
         data[f"{agent.name}__auto_approve"] = "50.00 EUR"

@@ -30,6 +30,7 @@ RUN_FIELDS = {
     "updated_at",
     "finished_at",
     "owner",
+    "archived_at",
 }
 STEP_FIELDS = {
     "step_id",

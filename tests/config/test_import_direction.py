@@ -18,6 +18,7 @@ PACKAGES = (
     "approvals",
     "reconciliation",
     "evidence",
+    "retention",
     "overview",
     "bulk",
     "notifications",
@@ -37,6 +38,8 @@ ALLOWED = {
     "reconciliation": {"accounts", "agentruns"},
     # A run's evidence reads the run, its approvals and its cases together.
     "evidence": {"accounts", "agentruns", "approvals", "reconciliation"},
+    # Retention keeps a run that has an open case or an unconsumed approval.
+    "retention": {"accounts", "agentruns", "approvals", "reconciliation"},
     # The overview draws runs, approvals and cases of a range together.
     "overview": {"accounts", "agentruns", "approvals", "reconciliation"},
     # Cancels or retries many runs through the same service calls as one.

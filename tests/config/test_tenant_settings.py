@@ -30,7 +30,15 @@ def _url(tenant) -> str:
 
 
 def _form(tenant, **changes) -> dict[str, str]:
-    data = {"slug": tenant.slug, "name": tenant.name, "other_settings": "{}"}
+    data = {
+        "slug": tenant.slug,
+        "name": tenant.name,
+        "retention_days": str(tenant.retention_days),
+        "personal_data_days": ""
+        if tenant.personal_data_days is None
+        else str(tenant.personal_data_days),
+        "other_settings": "{}",
+    }
     for agent in approving_agents(get_registry()):
         # Each approving agent's fields as the page shows them for its own settings.
         data[f"{agent.name}__approvals_enabled"] = "on"
@@ -155,6 +163,36 @@ def test_a_new_tenant_is_added_with_its_settings(admin_client):
     acme = Tenant.objects.get(slug="acme")
     assert _pinned(acme)["auto_approve_up_to"] == {"eur": None, "usd": 2000}
     assert AuditEntry.objects.get(tenant=acme).action == "admin.add"
+
+
+def test_retention_is_set_on_the_page_and_audited(admin_client, tenant):
+    page = admin_client.get(_url(tenant)).content.decode()
+    assert "Retention" in page and 'name="retention_days" value="30"' in page
+
+    response = admin_client.post(
+        _url(tenant), _form(tenant, retention_days="90", personal_data_days="14")
+    )
+
+    assert response.status_code == 302
+    tenant.refresh_from_db()
+    assert (tenant.retention_days, tenant.personal_data_days) == (90, 14)
+    [entry] = AuditEntry.objects.filter(object_type="tenant")
+    assert entry.before["retention_days"] == 30 and entry.after["personal_data_days"] == 14
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"retention_days": "30", "personal_data_days": "31"}, "at most the retention period"),
+        ({"retention_days": "0"}, "greater than or equal to 1"),
+        ({"retention_days": ""}, "This field is required"),
+    ],
+)
+def test_a_redaction_period_longer_than_retention_is_refused(admin_client, tenant, changes, error):
+    response = admin_client.post(_url(tenant), _form(tenant, **changes))
+    assert response.status_code == 200 and error in response.content.decode()
+    tenant.refresh_from_db()
+    assert (tenant.retention_days, tenant.personal_data_days) == (30, None)
 
 
 def test_typed_limits_read_as_minor_units_of_their_currency():
