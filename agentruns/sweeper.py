@@ -73,6 +73,12 @@ class SweepPass:
     # behind it): it claims the work and enqueues a task that does it.
     enqueue: Callable[..., None] = field(default=lambda task, *args: enqueue_task(task, *args))
 
+    def keep_lease(self) -> bool:
+        """Renew the sweeper's lease before one more long item of a duty (a run's archive
+        written to storage); False once it is lost, and the duty stops there, so a pass
+        never outlives its lease."""
+        return acquire_sweeper_lease(self.owner, ttl=sweeper_lease_seconds())
+
 
 @dataclass(frozen=True)
 class Duty:
@@ -97,6 +103,11 @@ def installed_duties() -> tuple[Duty, ...]:
 
 def _ago(seconds: float):
     return ExpressionWrapper(DbNow() - timedelta(seconds=seconds), output_field=DateTimeField())
+
+
+def sweeper_lease_seconds() -> float:
+    """The sweeper's lease lives 4 sweep intervals, at least 5 s."""
+    return max(5.0, settings.HOLDFAST["SWEEP_INTERVAL_SECONDS"] * 4)
 
 
 def acquire_sweeper_lease(owner: str, ttl: float) -> bool:
@@ -127,8 +138,7 @@ def sweep(
     ``enqueue`` hands the duties' other tasks (a provider lookup) to the workers;
     by default django-q2's queue.
     """
-    conf = settings.HOLDFAST
-    if not acquire_sweeper_lease(owner, ttl=max(5.0, conf["SWEEP_INTERVAL_SECONDS"] * 4)):
+    if not acquire_sweeper_lease(owner, ttl=sweeper_lease_seconds()):
         return None
     if not _duties:
         raise RuntimeError("the sweeper has no duties: config.wiring.install() did not run")
