@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,21 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.step_overhead import configure_environment  # noqa: E402
+
 LIST_KEY = "holdfast-broker-bench"
-
-
-def configure_environment() -> Path:
-    """Point settings at throw-away places before Django reads them; returns the temp dir."""
-    scratch = Path(tempfile.mkdtemp(prefix="holdfast-bench-"))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
-    os.environ["HOLDFAST_VAR_DIR"] = str(scratch)
-    os.environ["HOLDFAST_SQLITE_PATH"] = str(scratch / "bench.sqlite3")
-    os.environ["DJANGO_SECRET_KEY"] = "benchmark-only-not-secret"
-    os.environ["DJANGO_DEBUG"] = "false"
-    import django
-
-    django.setup()
-    return scratch
 
 
 def prepare_database() -> str:

@@ -48,15 +48,17 @@ from benchmarks.step_overhead import (  # noqa: E402
     configure_environment,
     prepare_database,
 )
+from benchmarks.throughput import proc_cpu  # noqa: E402
 
 TABLES = ("agentruns_run", "agentruns_step", "agentruns_runevent")
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def backend_cpu_seconds(pid: int) -> float:
     """user + system CPU of one server backend, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    read = proc_cpu(pid, children=False)
+    if read is None:
+        sys.exit(f"server backend {pid} is gone")
+    return read[0]
 
 
 @dataclass

@@ -275,16 +275,21 @@ class Setup:
     description: str
 
 
-def prepare(args: argparse.Namespace) -> Setup:
-    """Point this process (and every child) at a fresh database of its own, then migrate."""
-    workdir = Path(tempfile.mkdtemp(prefix="holdfast-recovery-"))
-    (workdir / "logs").mkdir()
-    (workdir / "var").mkdir()
+def measure_defaults() -> None:
+    """Drop Holdfast's settings from the environment: the defaults are what is measured."""
     ignored = sorted(k for k in os.environ if k.startswith("HOLDFAST_") or k == "REDIS_URL")
     for name in ignored:
         os.environ.pop(name)
     if ignored:
         progress(f"ignoring {', '.join(ignored)} from the environment: defaults are measured")
+
+
+def prepare(args: argparse.Namespace) -> Setup:
+    """Point this process (and every child) at a fresh database of its own, then migrate."""
+    workdir = Path(tempfile.mkdtemp(prefix="holdfast-recovery-"))
+    (workdir / "logs").mkdir()
+    (workdir / "var").mkdir()
+    measure_defaults()
     ledger = workdir / "ledger.sqlite3"
     os.environ.update(
         {

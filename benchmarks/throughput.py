@@ -75,6 +75,7 @@ from benchmarks.recovery import (  # noqa: E402 - the project root is on sys.pat
     BenchmarkError,
     Group,
     Supervisor,
+    measure_defaults,
     percentile,
     progress,
 )
@@ -253,11 +254,7 @@ def prepare(args: argparse.Namespace) -> Setup:
     workdir = Path(tempfile.mkdtemp(prefix="holdfast-throughput-"))
     (workdir / "logs").mkdir()
     (workdir / "var").mkdir()
-    ignored = sorted(k for k in os.environ if k.startswith("HOLDFAST_") or k == "REDIS_URL")
-    for name in ignored:
-        os.environ.pop(name)
-    if ignored:
-        progress(f"ignoring {', '.join(ignored)} from the environment: defaults are measured")
+    measure_defaults()
     os.environ.update(
         {
             "DJANGO_SETTINGS_MODULE": "config.settings",
