@@ -275,6 +275,11 @@ class Follower:
                     await asyncio.sleep(PAGES_OUTAGE.failed(exc))
                     self.wake()
                     break
+                except Exception:
+                    # Not an outage, and not expected: say so and carry on; the tenant
+                    # is read again at the next interval, and its pages keep their state.
+                    log.exception("live pages: reading tenant %s failed", tenant_id)
+                    continue
                 self.reads += 1
                 PAGES_OUTAGE.recovered()
                 if moved is not None:
