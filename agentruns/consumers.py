@@ -1,21 +1,22 @@
 """Live pages: a websocket per page pushes htmx out-of-band fragments when runs change.
 
 Workers are other processes, so the web process learns of changes from the
-RunEvent log, never from memory: each socket follows the log for its tenant.
-Events are hints (DESIGN §12.7): a fragment is always re-rendered from the
-run's current row, sequence values are not in commit order so a trailing
-window is re-read, and every (re)connect starts with a full snapshot. With
-Redis configured, workers also poke the tenant's group so pages update sooner;
-losing a poke costs only the polling interval.
+RunEvent and AuditEntry logs, never from memory. The process's one follower
+(``agentruns.follower``) reads each watched tenant's logs (when PostgreSQL notifies
+it, or at an interval) and hands every socket of that tenant the same batch; a
+socket reads nothing itself unless it has something to push. Events are hints
+(DESIGN §12.7): a fragment is always re-rendered from the run's current row, and
+every (re)connect starts with a full snapshot. Sockets that would render the same
+fragments (one login's identical pages) share one render of a batch, and sockets
+of one session share one access check.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from datetime import UTC
 from urllib.parse import parse_qs
 
@@ -25,7 +26,6 @@ from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.auth.context_processors import PermWrapper
 from django.contrib.sessions.backends.base import SessionBase
-from django.db.models import Max
 from django.db.utils import InterfaceError, OperationalError
 from django.http import HttpRequest, QueryDict
 from django.template.loader import render_to_string
@@ -33,24 +33,17 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from accounts.middleware import zone_of
-from accounts.models import AuditEntry, Operator
+from accounts.models import Operator
 from accounts.navigation import attention_for
+from agentruns.follower import PAGES_OUTAGE, Moved, follower
 from agentruns.live import Fresh, Watcher, live_page
-from agentruns.models import Run, RunEvent
-from agentruns.runtime.outages import Outage
+from agentruns.models import Run
 from agentruns.selectors import run_detail_context, run_list_context, run_matches
 
-POLL_SECONDS = 0.5
 # A socket checks again this often (and before every push) that whoever opened it may
-# still watch: the session, the login, the permission and the tenant.
+# still watch: the session, the login, the permission and the tenant. The periods
+# are on one clock for the process, so the sockets of one session share each check.
 RECHECK_SECONDS = 3.0
-# The most events one read takes; past it the page is rendered whole again.
-READ_LIMIT = 2000
-# One per web process: every open page of it waits out an outage, logged once.
-PAGES_OUTAGE = Outage("live pages", logging.getLogger("holdfast.pages"))
-# Sequence values are handed out before commit: an event with a lower id can
-# become visible after a higher one. Re-read this many ids behind the newest.
-TRAILING_WINDOW = 500
 
 
 def tenant_group(tenant_id: int) -> str:
@@ -94,16 +87,18 @@ class RunsConsumer(AsyncWebsocketConsumer):
         if not await database_sync_to_async(self._visible)():
             await self._refuse(4404, "there is no such live page")
             return
-        self.seen: deque[int] = deque(maxlen=4 * TRAILING_WINDOW)
-        self.audit_seen: deque[int] = deque(maxlen=4 * TRAILING_WINDOW)
-        self.poked = asyncio.Event()
+        self.tenant_id = self.operator.tenant_id
+        self.moved: list[Moved] = []
+        self.has_moved = asyncio.Event()
+        self.follower = follower()
         await self.accept()
         if self.channel_layer is not None:
-            await self.channel_layer.group_add(
-                tenant_group(self.operator.tenant_id), self.channel_name
-            )
+            await self.channel_layer.group_add(tenant_group(self.tenant_id), self.channel_name)
+        # Subscribed before the snapshot is rendered: whatever commits meanwhile is
+        # pushed after it (at worst once more), never lost between the two.
+        await self.follower.subscribe(self)
         await self.send(text_data=await database_sync_to_async(self._snapshot)())
-        self.follower = asyncio.create_task(self._follow())
+        self.pusher = asyncio.create_task(self._push())
 
     async def disconnect(self, code: int) -> None:
         counted = getattr(self, "counted_user", None)
@@ -112,11 +107,13 @@ class RunsConsumer(AsyncWebsocketConsumer):
             _open_sockets[counted] -= 1
             if _open_sockets[counted] <= 0:
                 del _open_sockets[counted]
-        follower = getattr(self, "follower", None)
-        if follower is not None:
-            follower.cancel()
+        pusher = getattr(self, "pusher", None)
+        if pusher is not None:
+            pusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await follower
+                await pusher
+        if getattr(self, "follower", None) is not None:
+            await self.follower.unsubscribe(self)
         operator = getattr(self, "operator", None)
         if operator is not None and self.channel_layer is not None:
             await self.channel_layer.group_discard(
@@ -128,30 +125,61 @@ class RunsConsumer(AsyncWebsocketConsumer):
         return
 
     async def runs_poke(self, message) -> None:
-        self.poked.set()
+        """A worker's hint (with Redis, on SQLite): the follower reads the tenant now."""
+        self.follower.wake(self.tenant_id)
 
-    async def _follow(self) -> None:
-        checked = time.monotonic()
+    def deliver(self, moved: Moved) -> None:
+        """The follower's batch for this socket's tenant; rendered by ``_push``."""
+        self.moved.append(moved)
+        self.has_moved.set()
+
+    async def _push(self) -> None:
         while True:
+            now = time.monotonic()
+            # The next recheck, on the process's clock shared by every socket.
+            due = (now // RECHECK_SECONDS + 1) * RECHECK_SECONDS
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.poked.wait(), timeout=POLL_SECONDS)
-            self.poked.clear()
+                await asyncio.wait_for(self.has_moved.wait(), timeout=due - now)
+            self.has_moved.clear()
+            taken = time.monotonic()
+            moved, self.moved = self.moved, []
             try:
-                fragments = await database_sync_to_async(self._changes)()
-                if fragments or time.monotonic() - checked >= RECHECK_SECONDS:
-                    ended = await database_sync_to_async(self._access_ended)()
-                    checked = time.monotonic()
+                fragments = await self._render(moved) if moved else ""
+                if fragments or taken >= due:
+                    since = taken if fragments else due - RECHECK_SECONDS / 2
+                    ended = await self.follower.checks.call(
+                        (self.session_key, self.operator.user_id, self.tenant_id),
+                        since,
+                        database_sync_to_async(self._access_ended),
+                    )
                     if ended:
                         await self._end(ended)
                         return
             except (OperationalError, InterfaceError) as exc:
-                # The database is away (or locked): keep the socket, wait, look again.
-                # database_sync_to_async closes the thread's broken connection.
-                await asyncio.sleep(PAGES_OUTAGE.failed(exc) + POLL_SECONDS)
+                # The database is away (or locked): keep the socket and its batches,
+                # wait, render again. database_sync_to_async closes the thread's
+                # broken connection.
+                self.moved[:0] = moved
+                await asyncio.sleep(PAGES_OUTAGE.failed(exc) + 0.5)
+                self.has_moved.set()
                 continue
             PAGES_OUTAGE.recovered()
             if fragments:
                 await self.send(text_data=fragments)
+
+    async def _render(self, moved: list[Moved]) -> str:
+        render = database_sync_to_async(self._changes)
+        if self.page is not None:
+            return await render(moved)  # a page keeps what it pushed: its own render
+        # Whatever else a socket pushes follows from who watches what, and the batches.
+        key = (
+            self.operator.user_id,
+            self.run_id,
+            self.navigation_only,
+            tuple(sorted((name, tuple(values)) for name, values in self.params.items())),
+            tuple(batch.seq for batch in moved),
+        )
+        return await self.follower.renders.call(key, 0.0, lambda: render(moved))
 
     async def _end(self, reason: str) -> None:
         """Tell the page why its updates stop, then close: nothing more is pushed."""
@@ -203,34 +231,6 @@ class RunsConsumer(AsyncWebsocketConsumer):
             return True
         return Run.objects.filter(pk=self.run_id, tenant_id=self.operator.tenant_id).exists()
 
-    def _events(self):
-        if self.seen:
-            floor = max(self.seen) - TRAILING_WINDOW
-        else:
-            # On connect the page is rendered from the runs' rows: only the newest
-            # window of the log is read, never the whole history.
-            newest = RunEvent.objects.aggregate(newest=Max("id"))["newest"] or 0
-            floor = newest - TRAILING_WINDOW
-        events = RunEvent.objects.filter(id__gt=floor, run__tenant_id=self.operator.tenant_id)
-        if self.run_id is not None:
-            events = events.filter(run_id=self.run_id)
-        return list(events.order_by("id").values_list("id", "run_id", "type")[:READ_LIMIT])
-
-    def _audit_entries(self):
-        """The tenant's audit log as ``_events`` reads the run events: a trailing
-        window behind the newest entry seen, the newest window on connect."""
-        if self.audit_seen:
-            floor = max(self.audit_seen) - TRAILING_WINDOW
-        else:
-            newest = AuditEntry.objects.aggregate(newest=Max("id"))["newest"] or 0
-            floor = newest - TRAILING_WINDOW
-        entries = AuditEntry.objects.filter(id__gt=floor, tenant_id=self.operator.tenant_id)
-        return list(
-            entries.order_by("id").values_list("id", "object_type", "object_id", "action")[
-                :READ_LIMIT
-            ]
-        )
-
     def _in_zone(self):
         """Fragments pushed outside a request show times as the page did: in the
         operator's time zone as it is now (accounts.middleware)."""
@@ -241,17 +241,14 @@ class RunsConsumer(AsyncWebsocketConsumer):
         with self._in_zone():
             return self._snapshot_fragments()
 
-    def _changes(self) -> str:
+    def _changes(self, moved: list[Moved]) -> str:
         with self._in_zone():
-            return self._changed_fragments()
+            return self._changed_fragments(
+                [event for batch in moved for event in batch.events],
+                [entry for batch in moved for entry in batch.audit],
+            )
 
     def _snapshot_fragments(self) -> str:
-        # Mark what is already in the logs before rendering: anything newer is
-        # pushed afterwards, so nothing falls between the snapshot and the logs.
-        events = self._events()
-        self.seen.extend(event_id for event_id, _, _ in events)
-        if self.page is not None or self.run_id is not None:
-            self.audit_seen.extend(entry[0] for entry in self._audit_entries())
         if self.navigation_only:
             return self._attention()
         if self.page is not None:
@@ -260,19 +257,13 @@ class RunsConsumer(AsyncWebsocketConsumer):
             return self._detail_fragments()
         return self._list_fragments()
 
-    def _fresh_audit(self) -> tuple[tuple[str, str, str], ...]:
-        if self.page is None and self.run_id is None:
-            return ()  # the run list and the navigation show no audit entry
-        seen = set(self.audit_seen)
-        fresh = [entry for entry in self._audit_entries() if entry[0] not in seen]
-        self.audit_seen.extend(entry[0] for entry in fresh)
-        return tuple(entry[1:] for entry in fresh)
-
-    def _changed_fragments(self) -> str:
-        seen = set(self.seen)
-        fresh = [(i, run_id, kind) for i, run_id, kind in self._events() if i not in seen]
-        self.seen.extend(i for i, _, _ in fresh)
-        audit = self._fresh_audit()
+    def _changed_fragments(self, events: list[tuple], entries: list[tuple]) -> str:
+        if self.run_id is not None:
+            events = [event for event in events if event[1] == self.run_id]
+        fresh = [(i, run_id, kind) for i, run_id, kind in events]
+        # The run list and the navigation show no audit entry.
+        watches_audit = self.page is not None or self.run_id is not None
+        audit = tuple(entry[1:] for entry in entries) if watches_audit else ()
         if not fresh and not audit:
             return ""
         if self.navigation_only:

@@ -8,6 +8,7 @@ import time
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import connection
 
 from agentruns import shutdown, sweeper
 from agentruns.consumers import tenant_group
@@ -73,12 +74,14 @@ def _help_recover() -> None:
 
 
 def _poke_pages(run_id: str) -> None:
-    """With Redis, tell the web processes' live pages to look at the event log now.
+    """With Redis on SQLite, tell the web processes' live pages to look at the event
+    log now.
 
-    Only a hint: without it (or if it is lost) pages find the change at their next
-    poll of the event log.
+    Only a hint: without it (or if it is lost) pages find the change at their
+    follower's next poll. On PostgreSQL the event's own commit notifies them (the
+    trigger of migration agentruns 0009), so nothing is sent here.
     """
-    if not settings.REDIS_URL:
+    if not settings.REDIS_URL or connection.vendor == "postgresql":
         return
     try:
         tenant_id = Run.objects.filter(pk=run_id).values_list("tenant_id", flat=True).first()

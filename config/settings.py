@@ -409,6 +409,12 @@ HOLDFAST_READY_QUEUE_LAG_SECONDS = env_float("HOLDFAST_READY_QUEUE_LAG_SECONDS",
 HOLDFAST_METRICS_TOKEN = env_str("HOLDFAST_METRICS_TOKEN", "")
 # Live pages: open sockets one login may hold in one web process (a page opens one).
 HOLDFAST_MAX_SOCKETS_PER_USER = env_int("HOLDFAST_MAX_SOCKETS_PER_USER", 20)
+# Live pages: each web process has one follower that reads a watched tenant's logs
+# for all its sockets. On PostgreSQL it is told of each commit (LISTEN/NOTIFY) and
+# reads every tenant again this often in case a notification was missed; on SQLite
+# it reads every watched tenant this often.
+HOLDFAST_LIVE_REREAD_SECONDS = env_float("HOLDFAST_LIVE_REREAD_SECONDS", 5.0)
+HOLDFAST_LIVE_POLL_SECONDS = env_float("HOLDFAST_LIVE_POLL_SECONDS", 0.5)
 # Where each process writes its metrics for the host's scrape to add up. Exported:
 # prometheus_client picks its multiprocess mode from the environment when it is
 # first imported, which django-q2 does while the apps load.

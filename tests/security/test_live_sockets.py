@@ -10,6 +10,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from agentruns import consumers
+from agentruns.follower import TRAILING_WINDOW, TenantLog
 from agentruns.models import RunEvent
 from config.asgi import application
 from tests.harness import Harness, refused_with
@@ -103,27 +104,15 @@ def test_a_socket_of_a_viewer_who_still_may_watch_stays_open(viewer, harness):
     async_to_sync(scenario)()
 
 
-def test_the_snapshot_reads_only_the_newest_window_of_the_log(viewer, harness):
-    client, _ = viewer
+def test_the_snapshot_reads_only_the_newest_window_of_the_log(viewer, harness, tenant):
     run = harness.start("flow", {})
     RunEvent.objects.bulk_create(
         RunEvent(run=run, type="step_succeeded", state_version=1, payload={}) for _ in range(3000)
     )
-    socket = consumers.RunsConsumer()
-    socket.operator = _operator_of(client)
-    socket.run_id = None
-    socket.navigation_only = True
-    socket.seen = consumers.deque(maxlen=4 * consumers.TRAILING_WINDOW)
-    events = socket._events()
-    assert len(events) <= consumers.TRAILING_WINDOW
-    assert max(event_id for event_id, _, _ in events) == RunEvent.objects.latest("id").id
-
-
-def _operator_of(client):
-    from django.contrib.auth import get_user_model
-
-    user_id = client.session["_auth_user_id"]
-    return get_user_model().objects.get(pk=user_id).operator
+    log = TenantLog(tenant.id)
+    log.start()
+    assert 0 < len(log.events_seen) <= TRAILING_WINDOW
+    assert max(log.events_seen) == RunEvent.objects.latest("id").id
 
 
 def test_a_login_holds_a_bounded_number_of_sockets(viewer, settings):
