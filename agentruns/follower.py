@@ -8,9 +8,11 @@ more pages adds no reads of the logs.
 
 When it reads:
 
-- PostgreSQL: when told. A trigger on each log (migration agentruns 0009) notifies the
-  channel ``holdfast_live`` with the tenant's id when an insert commits; the follower
-  LISTENs on a connection of its own and reads only the tenants named. A notification
+- PostgreSQL: when told. The channel ``holdfast_live`` carries a tenant's id: the
+  engine's process sends it just after committing the tenant's events
+  (``agentruns.doorbell``, apart from the commit, which it would otherwise slow), and a
+  trigger on the audit log when an insert commits (migration agentruns 0010); the
+  follower LISTENs on a connection of its own and reads only the tenants named. A notification
   can be missed (the listening connection was lost, the server restarted), so every
   tenant is also read again every ``HOLDFAST_LIVE_REREAD_SECONDS`` and at once after
   the listener reconnects.
@@ -48,13 +50,12 @@ from django.db.models import Max
 from django.db.utils import InterfaceError, OperationalError
 
 from accounts.models import AuditEntry
+from agentruns.doorbell import LIVE_CHANNEL
 from agentruns.models import RunEvent
 from agentruns.runtime.outages import Outage
 
 log = logging.getLogger("holdfast.pages")
 
-# The channel the triggers of migration agentruns 0009 notify; the payload is a tenant id.
-LIVE_CHANNEL = "holdfast_live"
 # The most rows of each log one read takes; the rest come at the next read.
 READ_LIMIT = 2000
 # Sequence values are handed out before commit: an event with a lower id can

@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from accounts.models import DEFAULT_TENANT_SLUG, Tenant
 from agentruns import shutdown
+from agentruns.doorbell import doorbell_ring
 from agentruns.models import Run
 from agentruns.runtime import (
     ApprovalGate,
@@ -120,6 +121,7 @@ def build_engine(*, enqueue: Callable[[uuid.UUID], None] | None = None) -> Engin
         credentials=parts.credentials(),
         stopping=shutdown.stopping,
         ended=parts.ended,
+        committed=doorbell_ring,
     )
 
 
@@ -150,7 +152,7 @@ def run_start(
     dedupe_key: str | None = None,
     requested_by: str = "",
 ) -> tuple[Run, bool]:
-    return start_run(
+    run, created = start_run(
         registry=get_registry(),
         tenant=tenant,
         agent_name=agent_name,
@@ -163,6 +165,10 @@ def run_start(
         # pinned into the run with the agent's configuration.
         config_overrides=(tenant.agent_config or {}).get(agent_name),
     )
+    if created:
+        # Its "created" event is committed: the tenant's live run lists show it now.
+        doorbell_ring(run.id)
+    return run, created
 
 
 def run_cancel(run_id: uuid.UUID | str, *, by: str) -> Run:

@@ -78,8 +78,8 @@ def _poke_pages(run_id: str) -> None:
     log now.
 
     Only a hint: without it (or if it is lost) pages find the change at their
-    follower's next poll. On PostgreSQL the event's own commit notifies them (the
-    trigger of migration agentruns 0009), so nothing is sent here.
+    follower's next poll. On PostgreSQL the engine's doorbell has told them already
+    (agentruns/doorbell.py), so nothing is sent here.
     """
     if not settings.REDIS_URL or connection.vendor == "postgresql":
         return

@@ -415,6 +415,9 @@ HOLDFAST_MAX_SOCKETS_PER_USER = env_int("HOLDFAST_MAX_SOCKETS_PER_USER", 20)
 # it reads every watched tenant this often.
 HOLDFAST_LIVE_REREAD_SECONDS = env_float("HOLDFAST_LIVE_REREAD_SECONDS", 5.0)
 HOLDFAST_LIVE_POLL_SECONDS = env_float("HOLDFAST_LIVE_POLL_SECONDS", 0.5)
+# PostgreSQL: how long a process gathers the runs its engine committed before one
+# NOTIFY per tenant tells the live pages (agentruns/doorbell.py).
+HOLDFAST_LIVE_NOTIFY_SECONDS = env_float("HOLDFAST_LIVE_NOTIFY_SECONDS", 0.02)
 # Where each process writes its metrics for the host's scrape to add up. Exported:
 # prometheus_client picks its multiprocess mode from the environment when it is
 # first imported, which django-q2 does while the apps load.

@@ -16,6 +16,25 @@ from sandbox.control import ControlTokenMissing, read_token, token_path
 from tests.harness import ROOT, TTL_SECONDS, Sandbox
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix(request) -> None:
+    """pytest-django's, for SQLite files kept apart already: each test process has a var
+    directory of its own (tests/environment.py), so its SQLite test files keep their
+    names. A suffix would break the worker processes the tests start, which find the
+    queue's file by the main file's name. A PostgreSQL test database gets the process's
+    suffix, as pytest-django gives it."""
+    from django.conf import settings
+
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    if not worker:
+        return
+    for db_settings in settings.DATABASES.values():
+        if db_settings["ENGINE"] == "django.db.backends.sqlite3":
+            continue
+        test_name = db_settings.get("TEST", {}).get("NAME") or f"test_{db_settings['NAME']}"
+        db_settings.setdefault("TEST", {})["NAME"] = f"{test_name}_{worker}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _flush_by_delete() -> Iterator[None]:
     """Transactional tests empty PostgreSQL's tables with DELETE, not TRUNCATE.
@@ -44,6 +63,23 @@ def _flush_by_delete() -> Iterator[None]:
     DatabaseOperations.sql_flush = sql_flush
     yield
     DatabaseOperations.sql_flush = truncate
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hang_up_doorbells(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """Before the test databases are dropped, end the connections a process's own
+    threads keep to them (the live pages' doorbell, agentruns/doorbell.py): PostgreSQL
+    refuses to drop a database someone is connected to."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 @pytest.fixture(autouse=True)

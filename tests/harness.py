@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from agentruns.doorbell import doorbell_ring
 from agentruns.models import Run, Step
 from agentruns.runtime import Engine, EngineSettings, Registry, start_run
 from reconciliation.models import ReconciliationCase
@@ -60,6 +61,8 @@ class Harness:
             approvals=overrides.pop("approvals", DatabaseApprovalGate()),
             desk=overrides.pop("desk", DatabaseDesk()),
             credentials=overrides.pop("credentials", TenantCredentials()),
+            # As agentruns.services.build_engine: commits ring the live pages' doorbell.
+            committed=overrides.pop("committed", doorbell_ring),
             **overrides,
         )
 
@@ -67,7 +70,7 @@ class Harness:
         # The tenant's own settings for the agent, as agentruns.services.run_start does.
         self.tenant.refresh_from_db()
         kwargs.setdefault("config_overrides", (self.tenant.agent_config or {}).get(agent_name))
-        run, _ = start_run(
+        run, created = start_run(
             registry=self.registry,
             tenant=self.tenant,
             agent_name=agent_name,
@@ -75,6 +78,8 @@ class Harness:
             enqueue=self.enqueued.append,
             **kwargs,
         )
+        if created:
+            doorbell_ring(run.id)  # as run_start does: live run lists show it now
         return run
 
     def advance(self, run: Run, engine: Engine | None = None) -> str:

@@ -113,6 +113,7 @@ class Engine:
         credentials: CredentialSource | None = None,
         stopping: Callable[[], bool] | None = None,
         ended: Callable[[uuid.UUID], None] | None = None,
+        committed: Callable[[uuid.UUID], None] | None = None,
     ):
         self.registry = registry
         # Told of each run after its terminal commit (the composition root's
@@ -129,9 +130,12 @@ class Engine:
         self.enqueue = enqueue or (lambda run_id: None)
         self.faults = faults or FaultPoints()
         self.providers = providers or default_providers
+        # ``committed`` is told each run whose event a transition committed (the live
+        # pages' doorbell); like ``ended`` it never raises.
         self.store = store or Store(
             reconnect_seconds=self.settings.reconnect_seconds,
             prepare=self.settings.prepared_statements,
+            committed=committed,
         )
         self.monotonic = monotonic
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -68,9 +68,18 @@ ENGINE_OUTAGE = Outage("engine", logging.getLogger("holdfast.engine"))
 
 class Store:
     def __init__(
-        self, alias: str = "default", *, reconnect_seconds: float = 15.0, prepare: bool = True
+        self,
+        alias: str = "default",
+        *,
+        reconnect_seconds: float = 15.0,
+        prepare: bool = True,
+        committed: Callable[[uuid.UUID], None] | None = None,
     ):
         self.alias = alias
+        # Told the run's id after each commit that wrote one of its events (the live
+        # pages' doorbell, agentruns/doorbell.py). It must never raise or wait: the
+        # commit is made whatever it does.
+        self.committed: Callable[[uuid.UUID], None] = committed or (lambda run_id: None)
         # PostgreSQL: the engine's statements are server-side prepared, once per
         # connection. Off for a pooler that cannot keep a prepared statement on the
         # connection that prepared it (PgBouncer's transaction pooling before 1.21,
@@ -216,6 +225,8 @@ class Store:
             run_set, *self._fenced(fence), unless_cancelled=unless_cancelled
         )
         committed = self._guarded(guards, run_sql, run_params, step, event)
+        if event is not None and committed.fenced:
+            self.committed(fence.run_id)
         if unless_cancelled and not committed.fenced and not committed.guard_failed:
             return replace(committed, cancel_requested=self.cancel_requested(fence.run_id))
         return committed
@@ -271,7 +282,9 @@ class Store:
             "recovered": Sql("recovered OR lease_owner <> ''"),
         }
         run_sql, run_params = self._run_update(run_set, where, params)
-        return self._transition(run_sql, run_params, None, Event("claimed", payload=payload))
+        return self._transition(
+            run_sql, run_params, None, Event("claimed", payload=payload), run_id=run_id
+        )
 
     def mark_cancel_requested(self, run_id: uuid.UUID, *, by: str) -> bool:
         """Record a cancel request once; the run's holder honours it at its next boundary."""
@@ -284,7 +297,7 @@ class Store:
             bump_version=False,
         )
         event = Event("cancel_requested", payload={"by": by})
-        return self._transition(run_sql, run_params, None, event).fenced
+        return self._transition(run_sql, run_params, None, event, run_id=run_id).fenced
 
     def mark_due(self, run_id: uuid.UUID, *, statuses: list[str], by: str) -> bool:
         """Make a waiting run due now (an operator's "retry now"); True if it was waiting."""
@@ -298,7 +311,7 @@ class Store:
             {"next_attempt_at": NOW, "enqueued_at": NOW, "retried": True}, where, params
         )
         event = Event("woken", payload={"by": by})
-        return self._transition(run_sql, run_params, None, event).fenced
+        return self._transition(run_sql, run_params, None, event, run_id=run_id).fenced
 
     def requeue_if_settled(self, run_id: uuid.UUID, *, by: str) -> bool:
         """Queue a run waiting for reconciliation once none of its effects is unsettled
@@ -315,6 +328,7 @@ class Store:
         )
         # Its unknown effects were settled (a late answer, the case closed): reconciled.
         return self._queue(
+            run_id,
             where,
             params,
             Event("resumed", payload={"by": by, "reason": "effects settled"}),
@@ -330,9 +344,11 @@ class Store:
             f"AND (lease_expires_at IS NULL OR lease_expires_at < {self.now_sql})"
         )
         params.append(RunStatus.WAITING_FOR_APPROVAL.value)
-        return self._queue(where, params, Event("resumed", payload={"by": by}))
+        return self._queue(run_id, where, params, Event("resumed", payload={"by": by}))
 
-    def _queue(self, where: str, params: list[Any], event: Event, **marks: bool) -> bool:
+    def _queue(
+        self, run_id: uuid.UUID, where: str, params: list[Any], event: Event, **marks: bool
+    ) -> bool:
         run_set = {
             "status": RunStatus.QUEUED.value,
             "next_attempt_at": None,
@@ -340,7 +356,7 @@ class Store:
             **marks,
         }
         run_sql, run_params = self._run_update(run_set, where, params)
-        return self._transition(run_sql, run_params, None, event).fenced
+        return self._transition(run_sql, run_params, None, event, run_id=run_id).fenced
 
     # --- how a transition is written ------------------------------------------------
 
@@ -390,6 +406,8 @@ class Store:
             )
         else:
             committed = self._transition_sqlite(run_sql, run_params, step, event, fact, run_id)
+        if event is not None and committed.fenced and run_id is not None:
+            self.committed(run_id)
         if unless_cancelled and not committed.fenced and run_id is not None:
             return replace(committed, cancel_requested=self.cancel_requested(run_id))
         return committed

@@ -17,6 +17,7 @@ from django.db import connection, transaction
 
 from accounts.services import audit_record
 from agentruns import follower as follower_module
+from agentruns.doorbell import Doorbell
 from agentruns.follower import LIVE_CHANNEL, Follower, Moved
 from agentruns.runtime.outages import Outage
 from config.asgi import application
@@ -185,14 +186,66 @@ def test_a_commit_notifies_its_tenant_and_a_rollback_notifies_nothing(tenant):
     ]
 
 
+def test_a_transition_that_wrote_an_event_rings_with_its_run_and_one_that_wrote_nothing_does_not(
+    harness,
+):
+    rung = []
+    engine = harness.build(committed=rung.append)
+    run = harness.start("flow", {"sleep": 600})
+    harness.advance(run, engine)  # claimed, a step, asleep: each commit wrote an event
+    assert rung and set(rung) == {run.id}
+    rung.clear()
+    # A compare-and-set that matches nothing commits nothing and rings nothing.
+    assert not engine.store.mark_due(run.id, statuses=["waiting_for_approval"], by="user:ann")
+    assert rung == []
+    assert engine.store.mark_due(run.id, statuses=["sleeping"], by="user:ann")
+    assert rung == [run.id]
+
+
 @on_postgresql
-def test_the_engines_event_notifies_the_runs_tenant(tenant, harness):
+def test_the_doorbell_sends_one_notification_per_tenant_for_many_rings(
+    tenant, other_tenant, harness, settings
+):
+    from tests.harness import Harness
+
+    settings.HOLDFAST_LIVE_NOTIFY_SECONDS = 0.2  # every ring below lands in one gathering
+    ours = [harness.start("flow", {"sleep": 600}) for _ in range(3)]
+    theirs = Harness(other_tenant).start("flow", {"sleep": 600})
+    time.sleep(0.5)  # the process's own doorbell has announced those starts before we listen
+    doorbell = Doorbell()
+    with psycopg.connect(**_listener_params(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {LIVE_CHANNEL}")
+        for _ in range(20):
+            for run in [*ours, theirs]:
+                doorbell.ring(run.id)
+        heard = sorted(notice.payload for notice in listener.notifies(timeout=2))
+    assert heard == sorted([str(tenant.id), str(other_tenant.id)])
+
+
+@on_postgresql
+def test_the_engines_commit_notifies_the_runs_tenant_after_it(tenant, harness):
     run = harness.start("flow", {"sleep": 600})
     with psycopg.connect(**_listener_params(), autocommit=True) as listener:
         listener.execute(f"LISTEN {LIVE_CHANNEL}")
-        harness.advance(run)  # the Store's own statements write the events
+        harness.advance(run)  # the harness's engine rings the process's doorbell
         heard = {notice.payload for notice in listener.notifies(timeout=1)}
     assert heard == {str(tenant.id)}
+
+
+@on_postgresql
+def test_no_event_statement_notifies_inside_its_transaction(tenant, harness):
+    """The engine's hot path takes no notification lock: its events carry no trigger."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'agentruns_runevent'::regclass "
+            "AND NOT tgisinternal"
+        )
+        assert cursor.fetchall() == []
+        cursor.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'accounts_auditentry'::regclass "
+            "AND NOT tgisinternal"
+        )
+        assert cursor.fetchall() == [("auditentry_notify_live",)]
 
 
 @on_postgresql
