@@ -65,10 +65,11 @@ STEP_JSON_COLUMNS = frozenset(
 # ends, however many runs this process was working on.
 ENGINE_OUTAGE = Outage("engine", logging.getLogger("holdfast.engine"))
 
-# What a claim returns beside the version: every column it writes, and the cancel
-# request's author (written without a new version). With the compare-and-set on the
-# version the worker read, the row it read plus these is the row as claimed, so the
-# worker does not read the run again (docs/architecture.md §3.1).
+# What a claim returns beside the version and whether a cancel was requested: every
+# column it writes, and the cancel request's author (written without a new version).
+# With the compare-and-set on the version the worker read, the row it read plus
+# these is the row as claimed, so the worker does not read the run again
+# (docs/architecture.md §3.1).
 CLAIMED_COLUMNS = (
     "lease_owner",
     "lease_expires_at",
@@ -77,15 +78,12 @@ CLAIMED_COLUMNS = (
     "next_attempt_at",
     "recovered",
     "updated_at",
-    "cancel_requested_at",
     "cancel_requested_by",
 )
 # (alias, read) -> SQL text: Store._read_sql.
 _COMPILED_READS: dict[tuple[str, str], str] = {}
 CLAIMED_BOOLEANS = frozenset({"recovered"})
-CLAIMED_TIMESTAMPS = frozenset(
-    {"lease_expires_at", "next_attempt_at", "updated_at", "cancel_requested_at"}
-)
+CLAIMED_TIMESTAMPS = frozenset({"lease_expires_at", "next_attempt_at", "updated_at"})
 
 
 class Store:
