@@ -8,7 +8,7 @@ import time
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from agentruns import shutdown, sweeper
 from agentruns.consumers import tenant_group
@@ -27,8 +27,18 @@ HELP_RECOVER_LIMIT = 20
 _last_help = 0.0
 
 
+# When this process last finished advancing a run (its connection then worked). A task
+# that starts soon after skips Django's per-task health check (CONN_HEALTH_CHECKS: a
+# SELECT 1 before the first statement of every task): the connection was proven a
+# moment ago, and one lost since is waited out below like any other loss.
+PROVEN_SECONDS = 1.0
+_proven_at: float | None = None
+
+
 def advance_run(run_id: str) -> str:
+    global _proven_at
     with shutdown.Working():
+        _trust_a_connection_just_proven()
         # A lost connection before the run is claimed (the first read, the claim) is
         # waited out; every statement after it retries on its own (the Store).
         outcome = through_outages(
@@ -36,10 +46,22 @@ def advance_run(run_id: str) -> str:
             outage=TASK_OUTAGE,
             budget=settings.HOLDFAST["RECONNECT_SECONDS"],
         )
+        _proven_at = time.monotonic()
         log.info("run %s: %s", run_id, outcome)
         _poke_pages(run_id)
         _help_recover()
     return outcome
+
+
+def _trust_a_connection_just_proven() -> None:
+    connection = connections[DEFAULT_DB_ALIAS]
+    if (
+        _proven_at is not None
+        and connection.connection is not None
+        and not connection.errors_occurred
+        and time.monotonic() - _proven_at < PROVEN_SECONDS
+    ):
+        connection.health_check_done = True
 
 
 def _help_recover() -> None:
@@ -81,7 +103,7 @@ def _poke_pages(run_id: str) -> None:
     follower's next poll. On PostgreSQL the engine's doorbell has told them already
     (agentruns/doorbell.py), so nothing is sent here.
     """
-    if not settings.REDIS_URL or connection.vendor == "postgresql":
+    if not settings.REDIS_URL or connections[DEFAULT_DB_ALIAS].vendor == "postgresql":
         return
     try:
         tenant_id = Run.objects.filter(pk=run_id).values_list("tenant_id", flat=True).first()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Min
+from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
 from accounts.models import Tenant
@@ -367,7 +367,19 @@ def case_resolved_hook(case: ReconciliationCase) -> None:
 def run_ended_hook(run_id: uuid.UUID) -> None:
     """The engine's ending path, after the terminal commit (config/wiring.py)."""
     try:
-        run = Run.objects.get(pk=run_id)
+        # One statement: the run only if its tenant has an active endpoint. Most
+        # tenants have none, and then no run is read and no event is built.
+        run = (
+            Run.objects.filter(pk=run_id)
+            .filter(
+                Exists(
+                    WebhookEndpoint.objects.filter(tenant_id=OuterRef("tenant_id"), is_active=True)
+                )
+            )
+            .first()
+        )
+        if run is None:
+            return
         if run.status in TERMINAL_STATUSES and run.agent_name not in UNANNOUNCED_AGENTS:
             event_raise(run_fact(run))
     except Exception:

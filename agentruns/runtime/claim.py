@@ -72,6 +72,11 @@ class Claim:
         # This worker's own estimate of its lease; the database's check is the truth.
         self.lease_valid_until = self.started + engine.settings.lease_seconds
         self.steps: dict[int, Step] = {}
+        # Whether ``steps`` holds every step the run had when claimed (the replay loads
+        # them; a canceller or a settler does not), and whether this claim asked to
+        # insert an effect step since: together they tell a run without effects.
+        self.steps_loaded = False
+        self.inserted_effect = False
         self.next_seq = 0
         self.wrote_step = False
         # Whether this claim has reset the run's crash-loop counter yet.
@@ -82,7 +87,11 @@ class Claim:
         # What the agent declared its ending means (ctx.outcome), replayed or new.
         self.declared_outcome: tuple[str, str] | None = None
         observe.claimed(run.agent_name, took_over=bool(run.lease_owner))  # read before the claim
-        run.refresh_from_db()
+        # The claim returned what it wrote; the rest of the row is as this worker read
+        # it, since the claim's compare-and-set matched the version it read (§3.1).
+        for column, value in claimed.claimed.items():
+            setattr(run, column, value)
+        run.state_version = claimed.state_version
         self.counters = {
             "steps": run.steps_used,
             "model_calls": run.model_calls_used,
@@ -133,7 +142,8 @@ class Claim:
                 {"agent": run.agent_name, "version": run.agent_version},
             )
         self.agent = agent
-        self.steps = {step.seq: step for step in Step.objects.filter(run_id=self.run_id)}
+        self.steps = {step.seq: step for step in self.store.steps_read(self.run_id)}
+        self.steps_loaded = True
         if run.status == RunStatus.COMPENSATING:
             endings.compensate(self)
         ctx = RunContext(self)
@@ -285,6 +295,7 @@ class Claim:
         unless_cancelled: bool = False,
     ) -> Committed:
         """A fenced decision; raises ``LeaseLost`` (or ``Finish`` on a cancel) if refused."""
+        self._note_effect(step)
         run_set = self._marked(run_set, step)
         renewed_at = self._renewal(run_set)
         committed = self.store.decide(
@@ -308,6 +319,7 @@ class Claim:
     ) -> Committed:
         """A fenced decision with guards. A guard that matched nothing comes back as
         ``guard_failed`` (nothing was written); a lost fence raises as ``decide`` does."""
+        self._note_effect(step)
         run_set = self._marked(run_set, step)
         renewed_at = self._renewal(run_set)
         committed = self.store.decide_guarded(
@@ -331,6 +343,19 @@ class Claim:
         renewed_at = self._renewal(run_set)
         committed = self.store.record(self.fence, run_set, step=step, event=event)
         return self._committed(committed, run_set, True, renewed_at)
+
+    def _note_effect(self, step: StepInsert | StepUpdate | None) -> None:
+        # Noted before the commit, whether or not it matches: a run is only ever
+        # taken for one without effects when it certainly is one.
+        if isinstance(step, StepInsert) and step.values.get("is_effect"):
+            self.inserted_effect = True
+
+    def may_have_effects(self) -> bool:
+        """False only when the run certainly has no effect step: none was recorded when
+        it was claimed and this claim inserted none (only a lease holder inserts steps)."""
+        if not self.steps_loaded or self.inserted_effect:
+            return True
+        return any(step.is_effect for step in self.steps.values())
 
     def release(self, suspend: Suspend) -> None:
         """Write a suspension: the lease released, the run in ``suspend.status``."""

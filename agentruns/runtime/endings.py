@@ -124,6 +124,9 @@ def _outcome(claim: Claim, ending: Finish, facts: list[EffectFact]) -> tuple[str
 
 
 def _effect_facts(claim: Claim) -> list[EffectFact]:
+    if not claim.may_have_effects():
+        # Most runs only read: their end needs no look at the step table.
+        return []
     effects = list(
         Step.objects.filter(run_id=claim.run_id, is_effect=True).values_list(
             "pk", "kind", "status", "compensates_id"

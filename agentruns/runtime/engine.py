@@ -142,7 +142,7 @@ class Engine:
     def advance(self, run_id: uuid.UUID | str, *, owner: str | None = None) -> str:
         """Advance one run as far as it goes now. Returns what happened, for logs and tests."""
         run_id = uuid.UUID(str(run_id))
-        run = Run.objects.filter(pk=run_id).first()
+        run = self.store.run_read(run_id)
         if run is None:
             return "missing"
         if run.status not in RUNNABLE_STATUSES:

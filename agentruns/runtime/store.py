@@ -29,7 +29,7 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from agentruns.dbclock import now_plus_sql, now_sql
-from agentruns.models import RunStatus, StepStatus
+from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime.approval import Guard
 from agentruns.runtime.outages import Outage, through_outages
 from agentruns.runtime.writes import (
@@ -64,6 +64,26 @@ STEP_JSON_COLUMNS = frozenset(
 # One per process: a database outage is one warning when it starts and one when it
 # ends, however many runs this process was working on.
 ENGINE_OUTAGE = Outage("engine", logging.getLogger("holdfast.engine"))
+
+# What a claim returns beside the version and whether a cancel was requested: every
+# column it writes, and the cancel request's author (written without a new version).
+# With the compare-and-set on the version the worker read, the row it read plus
+# these is the row as claimed, so the worker does not read the run again
+# (docs/architecture.md §3.1).
+CLAIMED_COLUMNS = (
+    "lease_owner",
+    "lease_expires_at",
+    "claim_count",
+    "status",
+    "next_attempt_at",
+    "recovered",
+    "updated_at",
+    "cancel_requested_by",
+)
+# (alias, read) -> SQL text: Store._read_sql.
+_COMPILED_READS: dict[tuple[str, str], str] = {}
+CLAIMED_BOOLEANS = frozenset({"recovered"})
+CLAIMED_TIMESTAMPS = frozenset({"lease_expires_at", "next_attempt_at", "updated_at"})
 
 
 class Store:
@@ -281,9 +301,14 @@ class Store:
             # over from a holder whose lease expired (it died, stalled or gave up).
             "recovered": Sql("recovered OR lease_owner <> ''"),
         }
-        run_sql, run_params = self._run_update(run_set, where, params)
+        run_sql, run_params = self._run_update(run_set, where, params, returning=CLAIMED_COLUMNS)
         return self._transition(
-            run_sql, run_params, None, Event("claimed", payload=payload), run_id=run_id
+            run_sql,
+            run_params,
+            None,
+            Event("claimed", payload=payload),
+            returning=CLAIMED_COLUMNS,
+            run_id=run_id,
         )
 
     def mark_cancel_requested(self, run_id: uuid.UUID, *, by: str) -> bool:
@@ -372,6 +397,7 @@ class Store:
         *,
         bump_version: bool = True,
         unless_cancelled: bool = False,
+        returning: tuple[str, ...] = (),
     ) -> tuple[str, list[Any]]:
         params: list[Any] = []
         assignments = dict(run_set)
@@ -385,6 +411,7 @@ class Store:
         sql = (
             f"UPDATE agentruns_run SET {set_sql} WHERE {where_sql} "
             "RETURNING id, state_version, cancel_requested_at"
+            + "".join(f", {column}" for column in returning)
         )
         return sql, params
 
@@ -399,13 +426,16 @@ class Store:
         fact: bool = False,
         unless_cancelled: bool = False,
         reconnect_seconds: float | None = None,
+        returning: tuple[str, ...] = (),
     ) -> Committed:
         if self.vendor == "postgresql":
             committed = self._transition_pg(
-                run_sql, run_params, step, event, fact, run_id, reconnect_seconds
+                run_sql, run_params, step, event, fact, run_id, reconnect_seconds, returning
             )
         else:
-            committed = self._transition_sqlite(run_sql, run_params, step, event, fact, run_id)
+            committed = self._transition_sqlite(
+                run_sql, run_params, step, event, fact, run_id, returning
+            )
         if event is not None and committed.fenced and run_id is not None:
             self.committed(run_id)
         if unless_cancelled and not committed.fenced and run_id is not None:
@@ -536,7 +566,9 @@ class Store:
             where += f" AND EXISTS (SELECT 1 FROM {source})"
         return f"UPDATE agentruns_step SET {set_sql} WHERE {where} RETURNING id"
 
-    def _transition_pg(self, run_sql, run_params, step, event, fact, run_id, reconnect_seconds):
+    def _transition_pg(
+        self, run_sql, run_params, step, event, fact, run_id, reconnect_seconds, returning=()
+    ):
         params: list[Any] = []
         ctes = []
         if step is not None and fact:
@@ -571,10 +603,12 @@ class Store:
             f"WITH {', '.join(ctes)} SELECT (SELECT state_version FROM r), "
             f"(SELECT cancel_requested_at FROM r) IS NOT NULL, "
             f"(SELECT count(*) FROM r), {step_select}"
+            + "".join(f", (SELECT {column} FROM r)" for column in returning)
         )
         row = self._execute_pg(sql, params, reconnect_seconds=reconnect_seconds)
-        version, cancel_requested, matched, step_pk = row
-        return Committed(bool(matched), version, bool(cancel_requested), step_pk)
+        version, cancel_requested, matched, step_pk = row[:4]
+        claimed = dict(zip(returning, row[4:], strict=True)) if returning and matched else None
+        return Committed(bool(matched), version, bool(cancel_requested), step_pk, claimed=claimed)
 
     def _execute_pg(self, sql: str, params: list[Any], *, reconnect_seconds: float | None = None):
         """One statement, its own transaction; retried while the connection is lost."""
@@ -623,7 +657,7 @@ class Store:
                 raw.execute("ROLLBACK")
             raise
 
-    def _transition_sqlite(self, run_sql, run_params, step, event, fact, run_id):
+    def _transition_sqlite(self, run_sql, run_params, step, event, fact, run_id, returning=()):
         with self._sqlite_transaction() as raw:
             row = raw.execute(_qmark(run_sql), run_params).fetchone()
             fenced = row is not None
@@ -632,6 +666,7 @@ class Store:
                 return Committed(False, None, False, None)
             version = row[1] if fenced else None
             cancel_requested = bool(row[2]) if fenced else False
+            claimed = _sqlite_columns(returning, row[3:]) if returning and fenced else None
             step_pk = None
             if step is not None:
                 params: list[Any] = []
@@ -655,7 +690,7 @@ class Store:
                     version_params=(event_version,),
                 )
                 raw.execute(_qmark(sql), params)
-        return Committed(fenced, version, cancel_requested, step_pk)
+        return Committed(fenced, version, cancel_requested, step_pk, claimed=claimed)
 
     def record_fact(self, run_id: uuid.UUID, step: StepUpdate, event: Event) -> bool:
         """Record what a provider answered, with its event, touching nothing of the run.
@@ -713,6 +748,33 @@ class Store:
 
     # --- reads -------------------------------------------------------------------
 
+    def run_read(self, run_id: uuid.UUID) -> Run | None:
+        """The run, as a worker reads it before its claim."""
+        sql = self._read_sql("run", lambda some_id: Run.objects.filter(pk=some_id))
+        found = list(Run.objects.db_manager(self.alias).raw(sql, [self._bind(run_id)]))
+        return found[0] if found else None
+
+    def steps_read(self, run_id: uuid.UUID) -> list[Step]:
+        """The run's recorded steps, as a claim replays them."""
+        sql = self._read_sql("steps", lambda some_id: Step.objects.filter(run_id=some_id))
+        return list(Step.objects.db_manager(self.alias).raw(sql, [self._bind(run_id)]))
+
+    def _read_sql(self, name: str, queryset: Callable[[uuid.UUID], Any]) -> str:
+        """A fixed read's SQL, compiled from its queryset once per process and alias.
+
+        Building a Django query costs a worker more CPU than running it (about half
+        of a read of the run); the text never changes, only the run id it is given.
+        The queryset stays the source, so a column added to the model is read too.
+        """
+        key = (self.alias, name)
+        sql = _COMPILED_READS.get(key)
+        if sql is None:
+            sql, params = queryset(uuid.UUID(int=0)).query.get_compiler(using=self.alias).as_sql()
+            if len(params) != 1:
+                raise ValueError(f"the {name} read must take the run id alone, not {params!r}")
+            _COMPILED_READS[key] = sql
+        return sql
+
     def db_now(self) -> datetime:
         if self.vendor == "postgresql":
             row = self._execute_pg("SELECT statement_timestamp()", [])
@@ -725,3 +787,20 @@ class Store:
 
 def _qmark(sql: str) -> str:
     return sql.replace("%s", "?")
+
+
+def _sqlite_columns(columns: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
+    """Returned run columns as the model holds them (SQLite keeps booleans as 0/1 and
+    timestamps in UTC without a zone; the connection parses declared datetimes, an
+    expression's value comes back as text)."""
+    typed: dict[str, Any] = {}
+    for column, value in zip(columns, values, strict=True):
+        if column in CLAIMED_BOOLEANS:
+            value = bool(value)
+        elif column in CLAIMED_TIMESTAMPS and value is not None:
+            if isinstance(value, str):
+                value = typecast_timestamp(value)
+            if timezone.is_naive(value):
+                value = timezone.make_aware(value, UTC)
+        typed[column] = value
+    return typed

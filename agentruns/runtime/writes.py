@@ -92,3 +92,6 @@ class Committed:
     step_pk: int | None  # the inserted or updated step's id, if any row was written
     # A guard was given and matched no row: nothing was written.
     guard_failed: bool = False
+    # A claim's columns as it wrote them (``Store.claim``): the claimed run without
+    # reading it again. None for every other transition, and for a claim that missed.
+    claimed: dict[str, Any] | None = None

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentruns.models import Run
@@ -112,6 +114,19 @@ def test_an_endpoint_is_sent_nothing_that_happened_before_it_was_made(world):
         created_at=timezone.now() - timedelta(hours=1)
     )
     assert events_missed() == 1
+
+
+def test_the_hook_of_a_tenant_without_an_active_endpoint_is_one_read(world, other_tenant):
+    """Most tenants have no endpoint: the hook reads neither the run nor the endpoints
+    apart, and a disabled endpoint or another tenant's counts for nothing."""
+    world.endpoint("theirs", tenant=other_tenant)
+    mine, _ = world.endpoint()
+    WebhookEndpoint.objects.filter(pk=mine.pk).update(is_active=False)
+    run = world.refund_ended()
+    with CaptureQueriesContext(connection) as queries:
+        run_ended_hook(run.pk)
+    assert len(queries) == 1
+    assert WebhookEvent.objects.count() == 0
 
 
 def test_another_tenants_endpoints_get_none_of_this_tenants_events(world, other_tenant):

@@ -88,3 +88,14 @@ def test_a_tools_schema_is_built_once_and_follows_its_description():
     other = tool(name="ping_once", args=PingArgs, description="Pong.", recovery=READ_ONLY)(_ping)
     assert other.json_schema()["function"]["description"] == "Pong."
     assert other.snapshot()["schema_hash"] != snapshot["schema_hash"]
+
+
+def test_a_run_without_effects_reads_the_run_once_and_its_steps_once(harness):
+    """The read before the claim is the run (the claim returns what it changed), the
+    replay's load is the steps, and an end without effect steps reads no more."""
+    run = harness.start("values")
+    with CaptureQueriesContext(connection) as queries:
+        assert harness.advance(run) == f"finished:{RunStatus.COMPLETED}"
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert len([sql for sql in reads if 'FROM "agentruns_run"' in sql]) == 1
+    assert len([sql for sql in reads if 'FROM "agentruns_step"' in sql]) == 1

@@ -7,8 +7,9 @@ import threading
 import pytest
 from django.db import connections
 
-from agentruns.models import Run
+from agentruns.models import RUNNABLE_STATUSES, Run
 from agentruns.runtime import faults
+from agentruns.runtime.store import CLAIMED_COLUMNS
 from tests.agentruns.runtime import agents
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -186,3 +187,33 @@ def test_configuration_is_read_from_the_run_not_from_the_deployment(harness):
     harness.make_due(run)
     assert harness.advance(run, harness.build()) == "finished:completed"
     assert Run.objects.get(pk=run.id).output == {"limit": 100}
+
+
+def test_the_claim_returns_the_row_as_claimed_so_the_worker_does_not_read_it_again(harness):
+    """The claim's compare-and-set matched the version the worker read, so that row plus
+    what the claim returned is the run as claimed, a cancel request made meanwhile
+    (written without a new version) included."""
+    run = harness.start("flow")
+    harness.interrupt(run, faults.AFTER_RESULT_RECORDED, "lookup_order")
+    engine = harness.build()
+    read = Run.objects.get(pk=run.pk)
+    engine.store.mark_cancel_requested(run.id, by="alice")
+    claimed = engine._claim(read, "rescuer", statuses=sorted(RUNNABLE_STATUSES), due_only=True)
+    assert claimed.fenced
+    for column, value in claimed.claimed.items():
+        setattr(read, column, value)
+    read.state_version = claimed.state_version
+    fresh = Run.objects.get(pk=run.pk)
+    compared = [*CLAIMED_COLUMNS, "state_version", "steps_used", "agent_snapshot", "input"]
+    assert {c: getattr(read, c) for c in compared} == {c: getattr(fresh, c) for c in compared}
+    assert read.recovered is True and read.lease_owner == "rescuer"
+    assert read.cancel_requested_by == "alice"
+
+
+def test_a_claim_that_misses_returns_no_row(harness):
+    run = harness.start("flow")
+    engine = harness.build()
+    stale = Run.objects.get(pk=run.pk)
+    assert harness.advance(run) == "finished:completed"
+    missed = engine._claim(stale, "late", statuses=sorted(RUNNABLE_STATUSES), due_only=True)
+    assert not missed.fenced and missed.claimed is None
