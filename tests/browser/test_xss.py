@@ -23,6 +23,7 @@ from playwright.sync_api import Locator, expect
 
 from accounts.models import AuditEntry
 from accounts.services import audit_record
+from agentruns.doorbell import doorbell_ring
 from agentruns.models import Run, RunEvent, RunStatus, Step, StepKind, StepStatus
 from agentruns.services import get_registry
 from approvals.models import Approval, ApprovalStatus
@@ -135,9 +136,11 @@ def _case(step: Step, **fields) -> ReconciliationCase:
 
 
 def _event(run: Run, step_id: str = "", kind: str = "step_recorded") -> RunEvent:
-    return RunEvent.objects.create(
+    event = RunEvent.objects.create(
         run=run, type=kind, state_version=run.state_version, step_id=step_id
     )
+    doorbell_ring(run.id)  # as the engine's Store does after a commit that wrote an event
+    return event
 
 
 @pytest.fixture

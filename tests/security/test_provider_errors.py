@@ -147,12 +147,14 @@ def test_the_live_run_page_pushes_by_the_same_rule(case, tenant, make_operator, 
 async def _touch(case, address):
     from channels.db import database_sync_to_async
 
+    from agentruns.doorbell import doorbell_ring
     from agentruns.models import Run, RunEvent
 
     def touch():
         Run.objects.filter(pk=case.run_id).update(outcome_detail=f"customer {address} asked twice")
         run = Run.objects.get(pk=case.run_id)
         RunEvent.objects.create(run=run, type="note", state_version=run.state_version, payload={})
+        doorbell_ring(run.id)  # as the engine's Store does after a commit that wrote an event
 
     await database_sync_to_async(touch)()
 
