@@ -67,12 +67,26 @@ def _flush_by_delete() -> Iterator[None]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _hang_up_doorbells(django_db_setup, django_db_blocker) -> Iterator[None]:
-    """Before the test databases are dropped, end the connections a process's own
-    threads keep to them (the live pages' doorbell, agentruns/doorbell.py): PostgreSQL
-    refuses to drop a database someone is connected to."""
-    yield
+    """PostgreSQL: commits to the test database do not wait for the disk, and before it
+    is dropped the connections a process's own threads keep to it (the live pages'
+    doorbell, agentruns/doorbell.py) are ended: PostgreSQL refuses to drop a database
+    someone is connected to.
+
+    ``synchronous_commit = off`` loses a commit only when the server itself crashes;
+    the tests kill Holdfast's processes, never the server (the restart test stops it
+    cleanly, which writes everything first), so what they prove is unchanged, and the
+    suite stops queueing on the disk's flushes. Set on the database, every connection
+    gets it: the live servers', the worker processes' a test starts."""
     from django.db import connection
 
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                f"ALTER DATABASE {connection.ops.quote_name(connection.settings_dict['NAME'])} "
+                "SET synchronous_commit = off"
+            )
+            cursor.execute("SET synchronous_commit = off")
+    yield
     if connection.vendor != "postgresql":
         return
     with django_db_blocker.unblock(), connection.cursor() as cursor:

@@ -85,9 +85,9 @@ def sandbox_provider(sandbox_process):
 def browser(live_server_url):
     from playwright.sync_api import expect, sync_playwright
 
-    # An assertion waits up to 15 s for the page to agree, not Playwright's 5: the suite
+    # An assertion waits up to 30 s for the page to agree, not Playwright's 5: the suite
     # runs in several processes on a small machine, and the wait ends as soon as it agrees.
-    expect.set_options(timeout=15_000)
+    expect.set_options(timeout=30_000)
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")

@@ -12,7 +12,7 @@ from webhooks.models import WebhookDelivery, WebhookEndpoint
 from webhooks.services import run_ended_hook
 
 # A push waits for the socket's next poll (0.5 s), longer on a busy machine.
-LIVE = 15_000
+LIVE = 30_000
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
 

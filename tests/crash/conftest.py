@@ -105,6 +105,9 @@ def migrated_template(tmp_path_factory) -> Iterator[Path | str]:
     admin_url = _with_database(server_url, "postgres")
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(sql.Identifier(name))
+        )
     try:
         env = _base_env(tmp_path_factory.mktemp("crash-template"), Path(os.devnull))
         env["DATABASE_URL"] = _with_database(server_url, name)
@@ -150,6 +153,11 @@ def fresh_database(
             sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
                 sql.Identifier(name), sql.Identifier(migrated_template)
             )
+        )
+        # As the suite's own database (tests/conftest.py): the processes here are killed,
+        # never the server, so a commit need not wait for the disk.
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(sql.Identifier(name))
         )
     url = _with_database(server_url, name)
     env["DATABASE_URL"] = url
