@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 
 from accounts.models import DEFAULT_TENANT_SLUG, Tenant
 from agentruns import shutdown
@@ -166,8 +167,9 @@ def run_start(
         config_overrides=(tenant.agent_config or {}).get(agent_name),
     )
     if created:
-        # Its "created" event is committed: the tenant's live run lists show it now.
-        doorbell_ring(run.id)
+        # Once its "created" event is committed (now, or with the caller's transaction),
+        # the tenant's live pages are told.
+        transaction.on_commit(lambda: doorbell_ring(run.id), robust=True)
     return run, created
 
 

@@ -325,14 +325,20 @@ def deliveries_start(deliveries: Iterable[WebhookDelivery]) -> int:
     """Start the delivery run of each; a second start is the same run (its request id)."""
     started = 0
     for delivery in deliveries:
-        run, _ = run_start(
-            tenant=Tenant.objects.get(pk=delivery.tenant_id),
-            agent_name=WEBHOOK_DELIVER,
-            input={"delivery_id": delivery.pk},
-            request_id=f"webhook:{delivery.pk}",
-            requested_by=REQUESTED_BY,
-        )
-        started += WebhookDelivery.objects.filter(pk=delivery.pk, run__isnull=True).update(run=run)
+        # The run and the delivery's link to it commit together: a live delivery log that
+        # reads the run's first event then finds its delivery (it renders on the runs of
+        # its deliveries), and a worker that takes the run at once finds it linked.
+        with transaction.atomic():
+            run, _ = run_start(
+                tenant=Tenant.objects.get(pk=delivery.tenant_id),
+                agent_name=WEBHOOK_DELIVER,
+                input={"delivery_id": delivery.pk},
+                request_id=f"webhook:{delivery.pk}",
+                requested_by=REQUESTED_BY,
+            )
+            started += WebhookDelivery.objects.filter(pk=delivery.pk, run__isnull=True).update(
+                run=run
+            )
     return started
 
 
