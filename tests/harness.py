@@ -271,6 +271,10 @@ class ReconciliationWorld:
                 self.harness.make_due(run)
             elif run.status not in ("queued", "running"):
                 return run
+            elif run.status == "running":
+                # Left running by a claim that gave up (on a loaded machine a send can
+                # outlast its budget): recovered after its lease, as a worker would.
+                self.harness.expire_lease(run)
             self.harness.advance(run)
         run.refresh_from_db()
         return run
