@@ -10,8 +10,8 @@ so a trigger on that table would put every step of every run behind that one loc
 So the engine's commits notify nothing. The Store rings this doorbell with the run's id
 once its transition has committed (``Engine(committed=…)``, wired by
 ``agentruns.services.build_engine``); a thread of the process gathers the runs rung for
-``HOLDFAST_LIVE_NOTIFY_SECONDS`` (20 ms), finds their tenants, and sends one short
-transaction of ``pg_notify``, one per tenant, with ``synchronous_commit`` off: nothing
+``HOLDFAST_LIVE_NOTIFY_SECONDS`` (20 ms), finds their tenants, and sends one statement
+of ``pg_notify``, one per tenant, on a connection with ``synchronous_commit`` off: nothing
 waits for it to reach the disk, and few of them take the lock (at most one a gathering
 per process). A ring the process loses (it died after its commit, the server was
 away) costs the pages the follower's safety re-read (``HOLDFAST_LIVE_REREAD_SECONDS``).
@@ -99,6 +99,8 @@ class Doorbell:
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(**params, autocommit=True)
+                    # Nothing waits for a notification to reach the disk.
+                    conn.execute("SET synchronous_commit = off")
                 self._notify(conn, runs)
                 DOORBELL_OUTAGE.recovered()
             except psycopg.Error as exc:
@@ -123,10 +125,11 @@ class Doorbell:
         tenants = sorted({self._tenants[run_id] for run_id in runs if run_id in self._tenants})
         if not tenants:
             return
-        with conn.transaction():
-            conn.execute("SET LOCAL synchronous_commit = off")
-            for tenant_id in tenants:
-                conn.execute("SELECT pg_notify(%s, %s)", [LIVE_CHANNEL, str(tenant_id)])
+        # One statement, its own transaction: one notification per tenant.
+        conn.execute(
+            "SELECT pg_notify(%s, tenant::text) FROM unnest(%s::bigint[]) AS tenant",
+            [LIVE_CHANNEL, tenants],
+        )
 
 
 _doorbell = Doorbell()

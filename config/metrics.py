@@ -86,24 +86,32 @@ LEASE_TAKEOVERS = Counter(
 )
 
 
+@cache
+def _series(metric, *labels: str):
+    """One labelled series, looked up once: ``labels()`` validates and locks on every
+    call, four times a step. The label values are few (agents and tools are declared
+    in code), so the cache stays small."""
+    return metric.labels(*labels)
+
+
 class PrometheusSink:
     """Where ``agentruns.runtime.observe`` sends the engine's measurements."""
 
     def step_started(self, agent: str, kind: str, name: str) -> None:
-        STEPS_STARTED.labels(agent, kind, name).inc()
+        _series(STEPS_STARTED, agent, kind, name).inc()
 
     def step_settled(
         self, agent: str, kind: str, name: str, status: str, seconds: float | None
     ) -> None:
-        STEP_RESULTS.labels(agent, kind, name, status).inc()
+        _series(STEP_RESULTS, agent, kind, name, status).inc()
         if seconds is not None:
-            STEP_DURATION.labels(agent, kind, name).observe(seconds)
+            _series(STEP_DURATION, agent, kind, name).observe(seconds)
 
     def provider_call(self, agent: str, kind: str, name: str, outcome: str, seconds: float) -> None:
-        PROVIDER_CALL_DURATION.labels(agent, kind, name, outcome).observe(seconds)
+        _series(PROVIDER_CALL_DURATION, agent, kind, name, outcome).observe(seconds)
 
     def lease_taken_over(self, agent: str) -> None:
-        LEASE_TAKEOVERS.labels(agent).inc()
+        _series(LEASE_TAKEOVERS, agent).inc()
 
 
 def multiprocess_dir() -> Path:

@@ -29,6 +29,7 @@ from django.utils import timezone
 from accounts.models import Tenant
 from accounts.services import audit_record, user_actor_name
 from agentruns.models import TERMINAL_STATUSES, Run
+from agentruns.runtime.store import compiled_read
 from agentruns.services import run_start
 from approvals.models import Approval, ApprovalStatus
 from notifications.agents import NOTIFY_AGENTS
@@ -370,20 +371,19 @@ def case_resolved_hook(case: ReconciliationCase) -> None:
     _raise_quietly(case_resolved_fact, case)
 
 
+def _run_if_announced(run_id: uuid.UUID):
+    endpoints = WebhookEndpoint.objects.filter(tenant_id=OuterRef("tenant_id"), is_active=True)
+    return Run.objects.filter(pk=run_id).filter(Exists(endpoints))
+
+
 def run_ended_hook(run_id: uuid.UUID) -> None:
     """The engine's ending path, after the terminal commit (config/wiring.py)."""
     try:
         # One statement: the run only if its tenant has an active endpoint. Most
-        # tenants have none, and then no run is read and no event is built.
-        run = (
-            Run.objects.filter(pk=run_id)
-            .filter(
-                Exists(
-                    WebhookEndpoint.objects.filter(tenant_id=OuterRef("tenant_id"), is_active=True)
-                )
-            )
-            .first()
-        )
+        # tenants have none, and then no run is read and no event is built. Its SQL
+        # is compiled once: building the query cost a worker more than running it.
+        sql, params = compiled_read("run_if_announced", _run_if_announced, "default", run_id)
+        run = next(iter(Run.objects.raw(sql, params)), None)
         if run is None:
             return
         if run.status in TERMINAL_STATUSES and run.agent_name not in UNANNOUNCED_AGENTS:

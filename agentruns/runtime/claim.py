@@ -12,14 +12,11 @@ claim; what they share lives here.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NoReturn
-
-from django.db import connections
 
 from agentruns.models import Run, RunStatus, Step, StepKind
 from agentruns.runtime import endings, observe
@@ -33,6 +30,7 @@ from agentruns.runtime.control import (
     Stop,
     Suspend,
 )
+from agentruns.runtime.heartbeat import HEARTBEAT
 from agentruns.runtime.outcomes import Ending
 from agentruns.runtime.results import describe, json_safe, result_columns
 from agentruns.runtime.tools import CallInfo
@@ -490,34 +488,20 @@ class Claim:
     def heartbeat(self, timeout: float) -> Iterator[None]:
         """Renew the lease while a call is within its timeout, and not a moment longer.
 
-        The thread stops renewing once the call has outlived its timeout: a
-        worker that cannot prove progress must let its lease expire.
+        Renewals stop once the call has outlived its timeout: a worker that
+        cannot prove progress must let its lease expire. They are the process's
+        heartbeat thread's (agentruns/runtime/heartbeat.py).
         """
         interval = self.settings.lease_seconds / 3
         if timeout <= interval:
             yield
             return
-        stop = threading.Event()
-        deadline = self.engine.monotonic() + timeout
-        fence = self.fence
-        store = self.store
-        lease = self.settings.lease_seconds
-        monotonic = self.engine.monotonic
-
-        def renew() -> None:
-            try:
-                while not stop.wait(interval) and monotonic() < deadline:
-                    if not store.renew_lease(fence, lease):
-                        return
-            except Exception:
-                log.exception("run %s: lease heartbeat failed", fence.run_id)
-            finally:
-                connections[store.alias].close()
-
-        thread = threading.Thread(target=renew, name=f"lease-{fence.run_id}", daemon=True)
-        thread.start()
-        try:
+        with HEARTBEAT.covering(
+            self.store,
+            self.fence,
+            lease=self.settings.lease_seconds,
+            interval=interval,
+            deadline=self.engine.monotonic() + timeout,
+            monotonic=self.engine.monotonic,
+        ):
             yield
-        finally:
-            stop.set()
-            thread.join()

@@ -80,8 +80,10 @@ CLAIMED_COLUMNS = (
     "updated_at",
     "cancel_requested_by",
 )
-# (alias, read) -> SQL text: Store._read_sql.
-_COMPILED_READS: dict[tuple[str, str], str] = {}
+# (alias, read) -> SQL text: compiled_read.
+_COMPILED_READS: dict[tuple[str, str], tuple[str, list[Any], int]] = {}
+# The run id a read is compiled with, replaced by the one it reads.
+_ANY_RUN = uuid.UUID(int=0)
 CLAIMED_BOOLEANS = frozenset({"recovered"})
 CLAIMED_TIMESTAMPS = frozenset({"lease_expires_at", "next_attempt_at", "updated_at"})
 
@@ -750,30 +752,18 @@ class Store:
 
     def run_read(self, run_id: uuid.UUID) -> Run | None:
         """The run, as a worker reads it before its claim."""
-        sql = self._read_sql("run", lambda some_id: Run.objects.filter(pk=some_id))
-        found = list(Run.objects.db_manager(self.alias).raw(sql, [self._bind(run_id)]))
+        sql, params = compiled_read(
+            "run", lambda some_id: Run.objects.filter(pk=some_id), self.alias, run_id
+        )
+        found = list(Run.objects.db_manager(self.alias).raw(sql, params))
         return found[0] if found else None
 
     def steps_read(self, run_id: uuid.UUID) -> list[Step]:
         """The run's recorded steps, as a claim replays them."""
-        sql = self._read_sql("steps", lambda some_id: Step.objects.filter(run_id=some_id))
-        return list(Step.objects.db_manager(self.alias).raw(sql, [self._bind(run_id)]))
-
-    def _read_sql(self, name: str, queryset: Callable[[uuid.UUID], Any]) -> str:
-        """A fixed read's SQL, compiled from its queryset once per process and alias.
-
-        Building a Django query costs a worker more CPU than running it (about half
-        of a read of the run); the text never changes, only the run id it is given.
-        The queryset stays the source, so a column added to the model is read too.
-        """
-        key = (self.alias, name)
-        sql = _COMPILED_READS.get(key)
-        if sql is None:
-            sql, params = queryset(uuid.UUID(int=0)).query.get_compiler(using=self.alias).as_sql()
-            if len(params) != 1:
-                raise ValueError(f"the {name} read must take the run id alone, not {params!r}")
-            _COMPILED_READS[key] = sql
-        return sql
+        sql, params = compiled_read(
+            "steps", lambda some_id: Step.objects.filter(run_id=some_id), self.alias, run_id
+        )
+        return list(Step.objects.db_manager(self.alias).raw(sql, params))
 
     def db_now(self) -> datetime:
         if self.vendor == "postgresql":
@@ -783,6 +773,36 @@ class Store:
         raw.ensure_connection()
         value = raw.connection.execute(f"SELECT {self.now_sql}").fetchone()[0]
         return timezone.make_aware(typecast_timestamp(value), UTC)
+
+
+def compiled_read(
+    name: str, queryset: Callable[[uuid.UUID], Any], alias: str, run_id: uuid.UUID
+) -> tuple[str, list[Any]]:
+    """A fixed read of one run's rows: its SQL, compiled from its queryset once per
+    process and alias, and its parameters for ``run_id``.
+
+    Building a Django query costs a worker more CPU than running it (about half of a
+    read of the run); the text never changes, only the run id it is given. The
+    queryset stays the source, so a column added to the model is read too. Run it
+    with ``Model.objects.db_manager(alias).raw(sql, params)``.
+    """
+    key = (alias, name)
+    compiled = _COMPILED_READS.get(key)
+    if compiled is None:
+        sql, params = queryset(_ANY_RUN).query.get_compiler(using=alias).as_sql()
+        bound = _bound_run_id(_ANY_RUN, alias)
+        slots = [index for index, value in enumerate(params) if value == bound]
+        if len(slots) != 1:
+            raise ValueError(f"the {name} read must take the run id once, not {params!r}")
+        compiled = _COMPILED_READS[key] = (sql, list(params), slots[0])
+    sql, params, slot = compiled
+    params = list(params)
+    params[slot] = _bound_run_id(run_id, alias)
+    return sql, params
+
+
+def _bound_run_id(run_id: uuid.UUID, alias: str) -> Any:
+    return Run._meta.pk.get_db_prep_value(run_id, connections[alias])
 
 
 def _qmark(sql: str) -> str:
