@@ -29,7 +29,7 @@ from django.utils import timezone
 from accounts.models import Tenant
 from accounts.services import audit_record, user_actor_name
 from agentruns.models import TERMINAL_STATUSES, Run
-from agentruns.runtime.store import compiled_read
+from agentruns.runtime.reads import compiled_read
 from agentruns.services import run_start
 from approvals.models import Approval, ApprovalStatus
 from notifications.agents import NOTIFY_AGENTS
@@ -382,10 +382,10 @@ def run_ended_hook(run_id: uuid.UUID) -> None:
         # One statement: the run only if its tenant has an active endpoint. Most
         # tenants have none, and then no run is read and no event is built. Its SQL
         # is compiled once: building the query cost a worker more than running it.
-        sql, params = compiled_read("run_if_announced", _run_if_announced, "default", run_id)
-        run = next(iter(Run.objects.raw(sql, params)), None)
-        if run is None:
+        found = compiled_read("run_if_announced", _run_if_announced).fetch(run_id)
+        if not found:
             return
+        run = found[0]
         if run.status in TERMINAL_STATUSES and run.agent_name not in UNANNOUNCED_AGENTS:
             event_raise(run_fact(run))
     except Exception:

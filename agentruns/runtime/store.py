@@ -32,6 +32,7 @@ from agentruns.dbclock import now_plus_sql, now_sql
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime.approval import Guard
 from agentruns.runtime.outages import Outage, through_outages
+from agentruns.runtime.reads import compiled_read
 from agentruns.runtime.writes import (
     NOW,
     Committed,
@@ -80,10 +81,6 @@ CLAIMED_COLUMNS = (
     "updated_at",
     "cancel_requested_by",
 )
-# (alias, read) -> SQL text: compiled_read.
-_COMPILED_READS: dict[tuple[str, str], tuple[str, list[Any], int]] = {}
-# The run id a read is compiled with, replaced by the one it reads.
-_ANY_RUN = uuid.UUID(int=0)
 CLAIMED_BOOLEANS = frozenset({"recovered"})
 CLAIMED_TIMESTAMPS = frozenset({"lease_expires_at", "next_attempt_at", "updated_at"})
 
@@ -630,16 +627,19 @@ class Store:
         if conn.in_atomic_block:
             raise RuntimeError("engine transitions must not run inside transaction.atomic()")
         raw = conn.connection
-        if self.prepare and raw.prepare_threshold is None:
-            # Django turns preparation off for the connection; a threshold no query
-            # reaches keeps Django's own statements unprepared while the engine's,
-            # which ask for it explicitly, are prepared once per connection.
-            raw.prepare_threshold = 2**31 - 1
+        self._allow_preparing(raw)
         with psycopg.Cursor(raw) as cursor:
             # prepare=False: an unnamed statement, parsed each time (nothing survives
             # on the server connection for a pooler to lose).
             cursor.execute(sql, params, prepare=self.prepare)
             return cursor.fetchone()
+
+    def _allow_preparing(self, raw) -> None:
+        if self.prepare and raw.prepare_threshold is None:
+            # Django turns preparation off for the connection; a threshold no query
+            # reaches keeps Django's own statements unprepared while the engine's,
+            # which ask for it explicitly, are prepared once per connection.
+            raw.prepare_threshold = 2**31 - 1
 
     @contextmanager
     def _sqlite_transaction(self) -> Iterator[Any]:
@@ -752,18 +752,29 @@ class Store:
 
     def run_read(self, run_id: uuid.UUID) -> Run | None:
         """The run, as a worker reads it before its claim."""
-        sql, params = compiled_read(
-            "run", lambda some_id: Run.objects.filter(pk=some_id), self.alias, run_id
-        )
-        found = list(Run.objects.db_manager(self.alias).raw(sql, params))
+        read = compiled_read("run", lambda some_id: Run.objects.filter(pk=some_id), self.alias)
+        found = read.models(self._fetch_all(read.sql, read.params_for(run_id)))
         return found[0] if found else None
 
     def steps_read(self, run_id: uuid.UUID) -> list[Step]:
         """The run's recorded steps, as a claim replays them."""
-        sql, params = compiled_read(
-            "steps", lambda some_id: Step.objects.filter(run_id=some_id), self.alias, run_id
+        read = compiled_read(
+            "steps", lambda some_id: Step.objects.filter(run_id=some_id), self.alias
         )
-        return list(Step.objects.db_manager(self.alias).raw(sql, params))
+        return read.models(self._fetch_all(read.sql, read.params_for(run_id)))
+
+    def _fetch_all(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """A read's rows, on the raw connection as the engine's writes (prepared on
+        PostgreSQL)."""
+        conn = self.connection
+        conn.ensure_connection()
+        raw = conn.connection
+        if self.vendor != "postgresql":
+            return raw.execute(_qmark(sql), params).fetchall()
+        self._allow_preparing(raw)
+        with psycopg.Cursor(raw) as cursor:
+            cursor.execute(sql, params, prepare=self.prepare)
+            return cursor.fetchall()
 
     def db_now(self) -> datetime:
         if self.vendor == "postgresql":
@@ -773,36 +784,6 @@ class Store:
         raw.ensure_connection()
         value = raw.connection.execute(f"SELECT {self.now_sql}").fetchone()[0]
         return timezone.make_aware(typecast_timestamp(value), UTC)
-
-
-def compiled_read(
-    name: str, queryset: Callable[[uuid.UUID], Any], alias: str, run_id: uuid.UUID
-) -> tuple[str, list[Any]]:
-    """A fixed read of one run's rows: its SQL, compiled from its queryset once per
-    process and alias, and its parameters for ``run_id``.
-
-    Building a Django query costs a worker more CPU than running it (about half of a
-    read of the run); the text never changes, only the run id it is given. The
-    queryset stays the source, so a column added to the model is read too. Run it
-    with ``Model.objects.db_manager(alias).raw(sql, params)``.
-    """
-    key = (alias, name)
-    compiled = _COMPILED_READS.get(key)
-    if compiled is None:
-        sql, params = queryset(_ANY_RUN).query.get_compiler(using=alias).as_sql()
-        bound = _bound_run_id(_ANY_RUN, alias)
-        slots = [index for index, value in enumerate(params) if value == bound]
-        if len(slots) != 1:
-            raise ValueError(f"the {name} read must take the run id once, not {params!r}")
-        compiled = _COMPILED_READS[key] = (sql, list(params), slots[0])
-    sql, params, slot = compiled
-    params = list(params)
-    params[slot] = _bound_run_id(run_id, alias)
-    return sql, params
-
-
-def _bound_run_id(run_id: uuid.UUID, alias: str) -> Any:
-    return Run._meta.pk.get_db_prep_value(run_id, connections[alias])
 
 
 def _qmark(sql: str) -> str:

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from agentruns.models import Run, RunStatus
 from agentruns.runtime import READ_ONLY, start_run, tool
+from agentruns.runtime.store import Store
 from approvals.gate import DatabaseApprovalGate
 
 # The engine's transitions refuse to run inside a test's transaction.
@@ -90,12 +91,22 @@ def test_a_tools_schema_is_built_once_and_follows_its_description():
     assert other.snapshot()["schema_hash"] != snapshot["schema_hash"]
 
 
-def test_a_run_without_effects_reads_the_run_once_and_its_steps_once(harness):
+def test_a_run_without_effects_reads_the_run_once_and_its_steps_once(harness, monkeypatch):
     """The read before the claim is the run (the claim returns what it changed), the
     replay's load is the steps, and an end without effect steps reads no more."""
     run = harness.start("values")
+    # The Store's reads go to the raw connection (prepared), the rest through Django's.
+    store_reads: list[str] = []
+    fetch_all = Store._fetch_all
+
+    def recording(self, sql, params):
+        store_reads.append(sql)
+        return fetch_all(self, sql, params)
+
+    monkeypatch.setattr(Store, "_fetch_all", recording)
     with CaptureQueriesContext(connection) as queries:
         assert harness.advance(run) == f"finished:{RunStatus.COMPLETED}"
     reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    reads += store_reads
     assert len([sql for sql in reads if 'FROM "agentruns_run"' in sql]) == 1
     assert len([sql for sql in reads if 'FROM "agentruns_step"' in sql]) == 1
