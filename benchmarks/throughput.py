@@ -24,8 +24,10 @@ time; the figures are medians. Printed per configuration:
   is counted apart, as admission's database cost;
 - commits per step: ``xact_commit`` of ``pg_stat_database`` for the database;
 - queue latency p50/p95, from a run's enqueue stamp to its first claim (both
-  the database's clock): under the burst, and at low load (``--latency-runs``
-  runs one after another, each started once the one before ended);
+  the database's clock): under the burst; at half of saturation (runs started
+  evenly at half the rate the burst just sustained, for ``--paced-seconds``); and
+  at low load (``--latency-runs`` runs one after another, each started once the
+  one before ended);
 - admission: this process's CPU per ``run_start`` (and its backend's);
 - the ceiling: ``pgbench`` on a database of its own, one single-row UPDATE per
   transaction, with as many clients as the configuration has workers, run in
@@ -97,6 +99,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET_RATIO = 0.15
 TARGET_WORKER_CPU_MS = 1.2
 TARGET_ADMISSION_MS = 1.5
+TARGET_HALF_LOAD_P95_MS = 200
 
 
 # --- /proc -----------------------------------------------------------------------------
@@ -338,6 +341,7 @@ class Measurement:
     sweeper_cpu_ms: float
     commits_per_step: float
     burst_latency: list[float]
+    half_latency: list[float]
     low_latency: list[float]
     admission_cpu_ms: float
     admission_db_cpu_ms: float
@@ -485,9 +489,11 @@ class Bench:
         sweeper_cpu = cpu_after[self.sweeper.pgid] - cpu_before[self.sweeper.pgid]
         self.check_outputs(ids)
         seconds, burst_latency = self.window(ids)
+        half_latency = self.half_load(steps / seconds, runs)
         low_latency: list[float] = []
+        first = runs + len(half_latency)
         for n in range(self.args.latency_runs):
-            one, _ = self.start_runs(1, runs + n)
+            one, _ = self.start_runs(1, first + n)
             self.wait_finished(one, timeout=30.0)
             low_latency.extend(self.window(one)[1])
         if profile_dir is not None:
@@ -503,10 +509,29 @@ class Bench:
             # This process's own commits (admission: one per run) are in the count too.
             commits_per_step=(commits_after - commits_before) / steps,
             burst_latency=burst_latency,
+            half_latency=half_latency,
             low_latency=low_latency,
             admission_cpu_ms=admission_cpu / runs * 1000,
             admission_db_cpu_ms=admission_db_cpu / runs * 1000,
         )
+
+    def half_load(self, steps_per_second: float, first: int) -> list[float]:
+        """Queue latencies of runs started at half the rate the burst sustained, evenly
+        spaced, for ``--paced-seconds``: the queue at half of saturation."""
+        if self.args.paced_seconds <= 0:
+            return []
+        rate = steps_per_second / self.args.steps / 2  # runs per second
+        count = max(1, round(rate * self.args.paced_seconds))
+        ids: list[str] = []
+        began = time.monotonic()
+        for n in range(count):
+            delay = began + n / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            started, _ = self.start_runs(1, first + n)
+            ids += started
+        self.wait_finished(ids, timeout=max(60.0, self.args.paced_seconds * 4))
+        return self.window(ids)[1]
 
     def dump_profiles(self, groups: list[Group], profile_dir: Path) -> None:
         assert self.sweeper is not None
@@ -606,13 +631,15 @@ def report(setup: Setup, args: argparse.Namespace, results: dict[str, list[Measu
     w(" (the machine may be shared: rely on the ratios to pgbench, measured in the same run)\n\n")
     header = (
         "| configuration | steps/s | worker CPU/step | DB CPU/step | sweeper CPU/step "
-        "| commits/step | queue p50/p95 (burst) | queue p50/p95 (low load) "
+        "| commits/step | queue p50/p95 (burst) | queue p50/p95 (half load) "
+        "| queue p50/p95 (low load) "
         "| admission CPU/run (+DB) | pgbench tx/s (DB CPU/tx) | ÷ pgbench |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
     w(header)
     for config, ms in results.items():
         burst = [x for m in ms for x in m.burst_latency]
+        half = [x for m in ms for x in m.half_latency]
         low = [x for m in ms for x in m.low_latency]
         ratios = [m.steps_per_second / m.pgbench_tps for m in ms if m.pgbench_tps]
         w(
@@ -621,7 +648,7 @@ def report(setup: Setup, args: argparse.Namespace, results: dict[str, list[Measu
             f"| {median([m.db_cpu_ms for m in ms]):.2f} ms "
             f"| {median([m.sweeper_cpu_ms for m in ms]):.3f} ms "
             f"| {median([m.commits_per_step for m in ms]):.2f} "
-            f"| {_latency(burst)} | {_latency(low)} "
+            f"| {_latency(burst)} | {_latency(half)} | {_latency(low)} "
             f"| {median([m.admission_cpu_ms for m in ms]):.2f} ms "
             f"(+{median([m.admission_db_cpu_ms for m in ms]):.2f} ms) "
             f"| {median([m.pgbench_tps for m in ms]):,.0f} "
@@ -642,7 +669,8 @@ def report(setup: Setup, args: argparse.Namespace, results: dict[str, list[Measu
         w("\n")
     w(
         f"\nTargets: ≥ {TARGET_RATIO} of pgbench, worker CPU ≤ {TARGET_WORKER_CPU_MS} "
-        f"ms per step, admission ≤ {TARGET_ADMISSION_MS} ms per run.\n"
+        f"ms per step, admission ≤ {TARGET_ADMISSION_MS} ms per run, queue p95 at half load "
+        f"< {TARGET_HALF_LOAD_P95_MS} ms.\n"
         "Worker CPU: every process of the clusters (workers, monitor, pusher, sentinel). DB CPU: "
         "the backends of the benchmark database, this process's excluded (admission's +DB).\n"
         "Commits: xact_commit of the database, admission's own commit per run included.\n"
@@ -696,6 +724,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--latency-runs", type=int, default=10)
+    parser.add_argument(
+        "--paced-seconds",
+        type=float,
+        default=10.0,
+        help="how long runs are started at half the burst's rate (0: not measured)",
+    )
     parser.add_argument("--pgbench-seconds", type=int, default=10)
     parser.add_argument(
         "--profile",
@@ -748,6 +782,7 @@ def profile(bench: Bench, setup: Setup, args: argparse.Namespace) -> int:
     bench.sweeper = bench.start_sweeper(profile_dir)
     progress(f"profiling {clusters} cluster(s) x {workers} worker(s), {args.runs} runs")
     args.latency_runs = 0
+    args.paced_seconds = 0
     bench.admission_profiler = cProfile.Profile(time.process_time)
     m = bench.measure(clusters, workers, profile_dir=profile_dir)
     print(
