@@ -190,7 +190,11 @@ def _why_not_pending(approval: Approval) -> str:
     if status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
         return f"{approval.decided_by_name} already {status} it"
     if status == ApprovalStatus.CONSUMED:
-        return f"it was already used by {approval_used_by(approval)}; nothing was changed"
+        key = approval.consumed_by_effect_key
+        return (
+            f"it was already used by {approval_used_by(approval)} (effect key {key}); "
+            "nothing was changed"
+        )
     if status == ApprovalStatus.EXPIRED:
         return "it expired undecided; nothing was changed"
     if status == ApprovalStatus.INVALIDATED:
@@ -216,7 +220,8 @@ def approval_used_by(approval: Approval) -> str:
     )
     if reference:
         return f"{noun} {reference}"
-    return f"its {noun}, sent under effect key {key}" if key else f"its {noun}"
+    # Consumed in the commit before the send: the provider has not answered yet.
+    return f"its {noun}, not answered yet"
 
 
 def approval_ask_again(*, approval: Approval, user, request=None) -> Approval:

@@ -194,7 +194,11 @@ def test_a_used_approval_says_which_refund_used_it(ann, pending, world):
     response = post_decision(ann, pending, "reject", note="too late", HTTP_HX_REQUEST="true")
     body = response.content.decode()
     assert response.status_code == 409
-    assert f"Not decided: it was already used by refund {reference}; nothing was changed." in body
+    key = Step.objects.get(run=run, name="issue_refund").effect_key
+    assert (
+        f"Not decided: it was already used by refund {reference} (effect key {key}); "
+        "nothing was changed." in body
+    )
     assert "consumed;" not in body
     page = ann.get(f"/approvals/{pending.pk}/").content.decode()
     assert f"by refund {reference}" in page
