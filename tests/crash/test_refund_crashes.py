@@ -278,7 +278,9 @@ def test_an_approved_refund_killed_around_its_send_is_made_once_under_its_approv
         # the worker died before recording it. Recovery settles it, never re-gates.
         ("after_call_returned@issue_refund", "ord_1003", 1),
     ]
-    killed = []
+    # One scenario at a time, each recovered before the next begins: a worker also
+    # recovers runs whose lease expired, so an armed cluster would otherwise take up
+    # the earlier scenario's run and die at its fault point on that run instead.
     for fault, order_id, refunds_at_kill in scenarios:
         order = refunds.order(order_id)
         cluster = refunds.world.start_cluster("qcluster-armed", faults=f"{fault}=killgroup")
@@ -297,11 +299,11 @@ def test_an_approved_refund_killed_around_its_send_is_made_once_under_its_approv
         assert step["status"] == "running", explain
         paid = refunds.refunds_of(order["payment_intent"])
         assert paid["count"] == refunds_at_kill, explain
-        killed.append((run_id, order, consumed["id"]))
-    refunds.restart()
-    for run_id, order, approval_id in killed:
+
+        clean = refunds.world.start_cluster("qcluster-clean")
+        sweeper = refunds.world.start_sweeper()
         refunds.wait_for_status(run_id, "completed")
-        explain = refunds.explain()
+        explain = f"{fault}\n{refunds.explain()}"
         step = refunds.tool_steps(run_id)["issue_refund"]
         assert refunds.refunds_of(order["payment_intent"]) == {
             "count": 1,
@@ -310,7 +312,9 @@ def test_an_approved_refund_killed_around_its_send_is_made_once_under_its_approv
         listed = refunds.listed_refunds(order["payment_intent"])
         assert [refund.id for refund in listed] == [step["provider_reference"]], explain
         # Executed under the original approval, named in the provider's own record.
-        assert listed[0].metadata["holdfast_approval_id"] == str(approval_id), explain
+        assert listed[0].metadata["holdfast_approval_id"] == str(consumed["id"]), explain
         assert listed[0].metadata[EFFECT_KEY_METADATA] == step["effect_key"], explain
         assert [a["status"] for a in _approvals(refunds, run_id)] == ["consumed"], explain
-    assert refunds.stats()["refunds"]["total"] == len(killed), refunds.explain()
+        refunds.world.kill_group(clean)
+        refunds.world.kill_group(sweeper)
+    assert refunds.stats()["refunds"]["total"] == len(scenarios), refunds.explain()
