@@ -1,12 +1,16 @@
 """How long a knock waits in django-q2's broker before a cluster's pusher takes it.
 
-Holdfast's broker is django-q2's ORM broker on the engine's database; the other
-candidate for several hosts is Redis. For each, a separate process runs the loop a
-cluster's pusher runs (``broker.dequeue()``, acknowledging what it took), while this
-process enqueues N timestamped packages at random moments (uniform over two poll
-intervals, so they do not line up with the pusher's polls). Prints the pickup
-latency (enqueue to dequeue returning it) of each broker, median, p95 and max, and
-Redis's as a ratio of the ORM broker's, measured in the same run.
+Holdfast's broker is django-q2's ORM broker on the engine's database, woken by
+``NOTIFY`` on PostgreSQL (``agentruns.broker.ListeningORM``); the baseline is the ORM
+broker as django-q2 ships it, polling, and the other candidate for several hosts is
+Redis. For each, a separate process runs the loop a cluster's pusher runs
+(``broker.dequeue()``, acknowledging what it took), while this process enqueues N
+timestamped packages at random moments (uniform over two poll intervals, so they do
+not line up with the pusher's polls). Prints the pickup latency (enqueue to dequeue
+returning it) of each broker, median, p95 and max, as a ratio of the polling ORM
+broker's median measured in the same run, and the queue reads each pusher made a
+second while it waited (SQLite has no NOTIFY: Holdfast's broker polls there, the
+same as the baseline).
 
     .venv/bin/python benchmarks/broker_pickup.py [--tasks N] [--redis URL]
 
@@ -71,6 +75,10 @@ def make_broker(kind: str, redis_url: str):
         from django_q.brokers.redis_broker import Redis
 
         return Redis(list_key=LIST_KEY)
+    if kind == "listening":
+        from agentruns.broker import ListeningORM
+
+        return ListeningORM(list_key=LIST_KEY)
     from django_q.brokers.orm import ORM
 
     return ORM(list_key=LIST_KEY)
@@ -80,15 +88,20 @@ def pusher(kind: str, redis_url: str, count: int, results: Any) -> None:
     """What a cluster's pusher does: dequeue, and acknowledge what it took."""
     broker = make_broker(kind, redis_url)
     taken = 0
+    calls = 0
+    started = time.monotonic()
     while taken < count:
+        calls += 1
         for task_id, payload in broker.dequeue() or []:
             results.put(time.time() - float(payload))
             if task_id is not None:
                 broker.acknowledge(task_id)
             taken += 1
+    # Each dequeue is one read of the queue (and a compare-and-set per task taken).
+    results.put(("reads per second", (calls - count) / (time.monotonic() - started)))
 
 
-def measure(kind: str, redis_url: str, count: int, poll: float) -> list[float]:
+def measure(kind: str, redis_url: str, count: int, poll: float) -> tuple[list[float], float]:
     from django.db import connections
 
     # The pusher opens its own connection: a forked one would share this one's socket.
@@ -104,16 +117,23 @@ def measure(kind: str, redis_url: str, count: int, poll: float) -> list[float]:
         time.sleep(rng.uniform(0, 2 * poll))
         broker.enqueue(repr(time.time()))
     latencies = [results.get(timeout=60) for _ in range(count)]
+    _, idle_reads = results.get(timeout=60)
     process.join(timeout=10)
-    return latencies
+    return latencies, idle_reads
 
 
-def describe(latencies: list[float]) -> str:
+def describe(measured: tuple[list[float], float], baseline: list[float] | None = None) -> str:
+    latencies, idle_reads = measured
     ordered = sorted(latencies)
     p95 = ordered[max(0, int(len(ordered) * 0.95) - 1)]
+    ratio = (
+        f"   {statistics.median(ordered) / statistics.median(baseline):.3f}x the baseline's median"
+        if baseline
+        else ""
+    )
     return (
         f"median {statistics.median(ordered) * 1000:7.1f} ms   p95 {p95 * 1000:7.1f} ms   "
-        f"max {ordered[-1] * 1000:7.1f} ms"
+        f"max {ordered[-1] * 1000:7.1f} ms   empty reads {idle_reads:5.1f}/s{ratio}"
     )
 
 
@@ -139,13 +159,14 @@ def main() -> None:
     print(f"{label}; poll {poll} s, {args.tasks} packages per broker")
     print("(a shared, busy 2-core machine: compare the ratio, not the absolute figures)")
     orm = measure("orm", args.redis, args.tasks, poll)
-    print(f"ORM broker (baseline)   {describe(orm)}")
+    print(f"ORM broker, polling (baseline)  {describe(orm)}")
+    listening = measure("listening", args.redis, args.tasks, poll)
+    print(f"Holdfast's ListeningORM         {describe(listening, orm[0])}")
     if not redis_answers(args.redis):
         print(f"Redis at {args.redis} does not answer: not measured")
         return
     redis_latencies = measure("redis", args.redis, args.tasks, poll)
-    ratio = statistics.median(redis_latencies) / statistics.median(orm)
-    print(f"Redis broker            {describe(redis_latencies)}   {ratio:.2f} of the ORM's median")
+    print(f"Redis broker                    {describe(redis_latencies, orm[0])}")
 
 
 if __name__ == "__main__":

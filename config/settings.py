@@ -288,6 +288,9 @@ Q_CLUSTER = {
     "save_limit": env_int("HOLDFAST_Q_SAVE_LIMIT", -1),
     "queue_limit": env_int("HOLDFAST_WORKERS", 2),
     "catch_up": False,
+    # The ORM broker, woken by NOTIFY on PostgreSQL (agentruns/broker.py); on SQLite it
+    # polls the queue every `poll` seconds.
+    "broker_class": "agentruns.broker.ListeningORM",
     "poll": 0.1,
     "orm": Q_ORM_ALIAS,
     "label": "Workers",
@@ -418,6 +421,10 @@ HOLDFAST_LIVE_POLL_SECONDS = env_float("HOLDFAST_LIVE_POLL_SECONDS", 0.5)
 # PostgreSQL: how long a process gathers the runs its engine committed before one
 # NOTIFY per tenant tells the live pages (agentruns/doorbell.py).
 HOLDFAST_LIVE_NOTIFY_SECONDS = env_float("HOLDFAST_LIVE_NOTIFY_SECONDS", 0.02)
+# PostgreSQL: a worker cluster's pusher is woken by each enqueue's NOTIFY and looks at
+# the queue this often without one (a lapsed task's lock, a notification missed while
+# its listener reconnected): agentruns/broker.py.
+HOLDFAST_QUEUE_REREAD_SECONDS = env_float("HOLDFAST_QUEUE_REREAD_SECONDS", 1.0)
 # Where each process writes its metrics for the host's scrape to add up. Exported:
 # prometheus_client picks its multiprocess mode from the environment when it is
 # first imported, which django-q2 does while the apps load.

@@ -1,0 +1,149 @@
+"""django-q2's ORM broker, woken by PostgreSQL's ``NOTIFY`` instead of polling.
+
+The ORM broker's pusher asks the queue table for a due task and, finding none, sleeps
+``Q_CLUSTER["poll"]`` (0.1 s) before asking again: a knock waits half a poll on
+average, and every idle cluster reads the table ten times a second. On PostgreSQL this
+broker says each enqueue on a channel once it commits (``transaction.on_commit``: a
+rolled-back enqueue says nothing, and the notifying transaction is a tiny one of its
+own, not the enqueue's commit waiting on the notification queue's lock;
+agentruns/doorbell.py says why that matters). A pusher LISTENs on a connection of its
+own before it looks at the table and, finding nothing, waits on that connection:
+a notification wakes it at once, and without one it looks again after
+``HOLDFAST_QUEUE_REREAD_SECONDS`` (1 s), because a task also becomes due without an
+enqueue (a dead cluster's task whose lock lapsed, django-q2's ``retry``) and a
+notification sent while the listener reconnected is lost.
+
+No wake-up is lost between the look and the wait: the LISTEN is in place before the
+look, so a notification of a task committed after it waits in the connection until
+the pusher reads it. Every listening pusher is woken by every enqueue and all but one
+lose the compare-and-set on the task's ``lock``, as they do polling.
+
+SQLite (the embedded default) has no ``NOTIFY``: there the broker is the ORM broker as
+django-q2 ships it, polling. A listener that cannot reach the database falls back to
+polling too, and says so once (``QUEUE_LISTEN_OUTAGE``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.utils import timezone
+from django_q.brokers.orm import ORM
+from django_q.conf import Conf
+
+from agentruns.runtime.outages import Outage
+
+log = logging.getLogger("holdfast.broker")
+
+# The channel of the queue's knocks; the payload is the queue's list key.
+QUEUE_CHANNEL = "holdfast_queue"
+QUEUE_LISTEN_OUTAGE = Outage("queue listener", log)
+
+
+class ListeningORM(ORM):
+    """``Q_CLUSTER["broker_class"]``: the ORM broker, told of enqueues on PostgreSQL."""
+
+    def __init__(self, list_key: str | None = None) -> None:
+        super().__init__(list_key=list_key)
+        self._listener = None
+        self._listener_pid: int | None = None
+
+    def __setstate__(self, state) -> None:
+        # A cluster hands its broker to the pusher process pickled: no listener yet.
+        super().__setstate__(state)
+        self._listener = None
+        self._listener_pid = None
+
+    @staticmethod
+    def _postgresql() -> bool:
+        return connections[Conf.ORM].vendor == "postgresql"
+
+    def enqueue(self, task):
+        task_id = super().enqueue(task)
+        if self._postgresql():
+            transaction.on_commit(self._announce, using=Conf.ORM)
+        return task_id
+
+    def _announce(self) -> None:
+        """One knock on the channel; lost, it costs a pusher one re-read interval."""
+        try:
+            with connections[Conf.ORM].cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [QUEUE_CHANNEL, self.list_key or ""])
+        except Exception:
+            log.debug("could not announce a queued task; pushers find it at their re-read")
+
+    def dequeue(self):
+        if not self._postgresql():
+            return super().dequeue()
+        if not self._listen():
+            return super().dequeue()
+        tasks = self._take()
+        if not tasks:
+            # Nothing due: look again when a task is announced, or at the re-read.
+            self._wait(settings.HOLDFAST_QUEUE_REREAD_SECONDS)
+            tasks = self._take()
+        return tasks or None
+
+    def _take(self) -> list[tuple[int, str]]:
+        """django-q2's ORM dequeue without its sleep: due tasks, each by compare-and-set."""
+        due = self.get_connection().filter(key=self.list_key, lock__lt=timezone.now())[: Conf.BULK]
+        taken = []
+        for task in due:
+            # Another cluster may have taken it since the read: its lock moved on.
+            if (
+                self.get_connection()
+                .filter(id=task.id, lock=task.lock)
+                .update(lock=self.timeout(task))
+            ):
+                taken.append((task.pk, task.payload))
+        return taken
+
+    def _listen(self) -> bool:
+        """A LISTENing connection of this process's own, (re)opened as needed."""
+        import psycopg
+
+        if self._listener_pid != os.getpid():
+            # Forked from a process that listened: its socket is the parent's.
+            self._listener = None
+            self._listener_pid = os.getpid()
+        if self._listener is not None and not self._listener.closed:
+            return True
+        params = {
+            key: value
+            for key, value in connections[Conf.ORM].get_connection_params().items()
+            if key not in ("cursor_factory", "context", "prepare_threshold")
+        }
+        try:
+            self._listener = psycopg.connect(**params, autocommit=True, connect_timeout=5)
+            self._listener.execute(f"LISTEN {QUEUE_CHANNEL}")
+        except psycopg.Error as exc:
+            self._close_listener()
+            QUEUE_LISTEN_OUTAGE.failed(exc)
+            return False
+        QUEUE_LISTEN_OUTAGE.recovered()
+        return True
+
+    def _wait(self, seconds: float) -> None:
+        """Until a knock on the channel, or ``seconds``; then drop the knocks behind it."""
+        import psycopg
+
+        try:
+            for _ in self._listener.notifies(timeout=seconds, stop_after=1):
+                pass
+            # The knocks that came with it are for tasks the next look finds anyway.
+            for _ in self._listener.notifies(timeout=0.0):
+                pass
+        except psycopg.Error as exc:
+            self._close_listener()
+            QUEUE_LISTEN_OUTAGE.failed(exc)
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except Exception:
+                log.debug("closing the queue listener failed", exc_info=True)
+        self._listener = None
