@@ -30,6 +30,21 @@ def _viewer(watcher: Watcher) -> Viewer:
     return Viewer.of(watcher.user, watcher.tenant, actor=user_actor_name(watcher.user))
 
 
+# At most this many card ids are read from a page's socket address (a page shows
+# PAGE_SIZE cards; the rest of a longer or tampered list is ignored).
+SHOWN_LIMIT = 200
+
+
+def _shown_ids(text: str) -> list[int]:
+    """The card ids a page says it shows; anything that is not an id is skipped. Only
+    the viewer's tenant's approvals are ever read for them (``for_tenant``)."""
+    ids = []
+    for part in text.split(",")[:SHOWN_LIMIT]:
+        if part.strip().isdigit():
+            ids.append(int(part))
+    return ids
+
+
 class InboxPage:
     def __init__(self, watcher: Watcher):
         self.watcher = watcher
@@ -55,9 +70,16 @@ class InboxPage:
         self.empty = not cards
         if self.watcher.param("seen") == cards_seen(cards):
             return self._render("tabs", context)
-        # The page is older than what is there (a reconnect after an outage): all of it.
-        list_part = "cards" if context["show"] == PENDING else "decided"
-        return self._render("tabs", context) + self._render(list_part, context)
+        if context["show"] != PENDING:
+            # The page is older than what is there: a list of decisions, pushed whole.
+            return self._render("tabs", context) + self._render("decided", context)
+        # The page is older than what is there (its socket connected after a decision
+        # made on it, or again after an outage): every card it shows is drawn again in
+        # place, a decided one as decided, and the new ones are added. Never the whole
+        # list: that would take away a card its reader just decided.
+        self.shown = {pk: "" for pk in _shown_ids(self.watcher.param("shown"))}
+        self.empty = not self.shown
+        return self._in_place(context)
 
     def changes(self, fresh: Fresh) -> str:
         if not fresh.runs and not fresh.audited("approval"):
@@ -66,6 +88,11 @@ class InboxPage:
         if context["show"] != PENDING:
             # A list of what was decided holds no form: it is pushed whole.
             return self._render("tabs", context) + self._render("decided", context)
+        return self._in_place(context)
+
+    def _in_place(self, context: dict[str, Any]) -> str:
+        """The tabs, the cards on the page whose signature moved (those that left the
+        list included, changed in place), and the new ones appended."""
         parts = [self._render("tabs", context)]
         listed = {card.approval.pk: card for card in context["cards"]}
         # Cards on the page that left the list (decided, expired): changed in place.

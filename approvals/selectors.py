@@ -264,6 +264,10 @@ def inbox_context(viewer: Viewer, params) -> dict[str, Any]:
         "cards": cards,
         "more": len(page) > PAGE_SIZE,
         "seen": cards_seen(cards),
+        # The cards' ids, on the socket's address too: a page older than the inbox
+        # (its socket connected late, or again after an outage) is brought up to date
+        # card by card, so a card its reader just decided stays on it, decided.
+        "shown": ",".join(str(card.approval.pk) for card in cards),
         "page_size": PAGE_SIZE,
     }
 

@@ -73,10 +73,7 @@ def test_a_new_request_appears_and_another_approvers_decision_changes_it_in_plac
     assert newer.status == "rejected"
 
 
-def test_a_page_older_than_the_inbox_is_redrawn_on_connect(ann, pending, world):
-    address = socket_address(ann.get("/approvals/").content.decode())
-    Approval.objects.filter(pk=pending.pk).update(status="expired")
-
+def _snapshot(ann, address: str) -> str:
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(ann))
         assert (await socket.connect())[0]
@@ -84,8 +81,48 @@ def test_a_page_older_than_the_inbox_is_redrawn_on_connect(ann, pending, world):
         await socket.disconnect()
         return snapshot
 
-    snapshot = async_to_sync(scenario)()
-    assert 'id="approval-cards" hx-swap-oob="true"' in snapshot
+    return async_to_sync(scenario)()
+
+
+def test_a_page_older_than_the_inbox_has_its_cards_changed_in_place_on_connect(ann, pending, world):
+    address = socket_address(ann.get("/approvals/").content.decode())
+    assert f"shown={pending.pk}" in address
+    Approval.objects.filter(pk=pending.pk).update(status="expired")
+    newer_run = world.start_refund(requested_by="user:requester", request_id="newer")
+    world.harness.advance(newer_run)
+    newer = world.waiting_approval(newer_run)
+
+    snapshot = _snapshot(ann, address)
+    # The card it showed is drawn again as it is now; the new one is added after it.
+    assert f'<article id="approval-{pending.pk}"' in snapshot
+    assert "approval-expired" in snapshot
+    assert 'hx-swap-oob="beforeend:#approval-cards"' in snapshot
+    assert f'id="approval-{newer.pk}"' in snapshot
+    # Never the whole list, which would take the expired card away under its reader.
+    assert 'id="approval-cards" hx-swap-oob="true"' not in snapshot
+
+
+def test_a_card_decided_before_the_socket_connected_stays_on_the_page_decided(ann, pending):
+    page = ann.get("/approvals/").content.decode()
+    # The approver decides before the page's socket is up (a quick click on a slow link).
+    assert post_decision(ann, pending, HTTP_HX_REQUEST="true").status_code == 200
+    snapshot = _snapshot(ann, socket_address(page))
+    assert f'<article id="approval-{pending.pk}"' in snapshot
+    assert "approval-approved" in snapshot
+    assert 'Waiting <span class="count">0</span>' in snapshot
+    assert 'hx-swap-oob="delete"' not in snapshot
+
+
+def test_a_page_claiming_another_tenants_cards_is_shown_none_of_them(
+    pending, other_tenant, make_operator
+):
+    outsider = Client()
+    outsider.force_login(make_operator(other_tenant, "approver"))
+    # A page address written by hand: out of date, claiming the other tenant's card.
+    snapshot = _snapshot(outsider, f"/ws/live/inbox/?seen=x&shown={pending.pk},x,-3")
+    assert 'id="approval-tabs"' in snapshot
+    assert f"approval-{pending.pk}" not in snapshot
+    assert "ord_" not in snapshot
 
 
 def test_an_approvals_page_follows_its_card_and_history(ann, pending, other_approver):
