@@ -29,10 +29,12 @@ import logging
 import os
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
+from django_q.models import OrmQ
+from django_q.tasks import async_task
 
 from agentruns.runtime.outages import Outage
 
@@ -68,12 +70,7 @@ class ListeningORM(ORM):
         return task_id
 
     def _announce(self) -> None:
-        """One knock on the channel; lost, it costs a pusher one re-read interval."""
-        try:
-            with connections[Conf.ORM].cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [QUEUE_CHANNEL, self.list_key or ""])
-        except Exception:
-            log.debug("could not announce a queued task; pushers find it at their re-read")
+        announce(self.list_key)
 
     def dequeue(self):
         if not self._postgresql():
@@ -147,3 +144,42 @@ class ListeningORM(ORM):
             except Exception:
                 log.debug("closing the queue listener failed", exc_info=True)
         self._listener = None
+
+
+def announce(list_key: str | None = None) -> None:
+    """One knock on the channel, once a task is committed; lost, it costs a pusher one
+    re-read interval."""
+    try:
+        with connections[Conf.ORM].cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_notify(%s, %s)", [QUEUE_CHANNEL, list_key or Conf.CLUSTER_NAME]
+            )
+    except Exception:
+        log.debug("could not announce a queued task; pushers find it at their re-read")
+
+
+class _Kept:
+    """A broker that keeps the package ``async_task`` made instead of sending it."""
+
+    def __init__(self) -> None:
+        self.list_key = Conf.CLUSTER_NAME
+        self.package: str | None = None
+
+    def enqueue(self, package: str) -> None:
+        self.package = package
+
+
+def queue_row(func: str, *args, group: str) -> OrmQ | None:
+    """The task ``async_task(func, *args, group=group)`` would enqueue, as an unsaved row
+    of the queue's table, for a caller to insert with its own write in one statement;
+    ``None`` unless the queue is on PostgreSQL in the default database, the runs' own
+    (on SQLite it has a file of its own, and the caller enqueues once it has committed).
+
+    The package is django-q2's own (its task id, signing and serializer), so a pusher
+    cannot tell the row from one the broker wrote. After the row commits, ``announce()``.
+    """
+    if Conf.ORM != DEFAULT_DB_ALIAS or connections[Conf.ORM].vendor != "postgresql":
+        return None
+    kept = _Kept()
+    async_task(func, *args, group=group, broker=kept)
+    return OrmQ(key=kept.list_key, payload=kept.package, lock=timezone.now())

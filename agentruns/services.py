@@ -19,6 +19,7 @@ from django.db import transaction
 
 from accounts.models import DEFAULT_TENANT_SLUG, Tenant
 from agentruns import shutdown
+from agentruns.broker import announce
 from agentruns.doorbell import doorbell_ring
 from agentruns.models import Run
 from agentruns.runtime import (
@@ -27,11 +28,12 @@ from agentruns.runtime import (
     Engine,
     EngineSettings,
     FaultPoints,
+    QueuedTask,
     ReconciliationDesk,
     Registry,
     start_run,
 )
-from agentruns.sweeper import push_advance
+from agentruns.sweeper import advance_row, push_advance
 
 log = logging.getLogger("holdfast.services")
 
@@ -140,6 +142,13 @@ def run_enqueue(run_id: uuid.UUID) -> None:
         log.warning("run %s: could not enqueue; the sweeper will", run_id, exc_info=True)
 
 
+def run_queued_task(run_id: uuid.UUID) -> QueuedTask | None:
+    """A new run's first wake-up as a queue row admission writes with the run, in one
+    statement (PostgreSQL); None on SQLite, where ``run_enqueue`` knocks after the commit."""
+    row = advance_row(str(run_id))
+    return QueuedTask(row=row, announce=announce) if row is not None else None
+
+
 def tenant_by_slug(slug: str | None) -> Tenant:
     return Tenant.objects.get(slug=slug or DEFAULT_TENANT_SLUG)
 
@@ -162,6 +171,7 @@ def run_start(
         dedupe_key=dedupe_key,
         requested_by=requested_by,
         enqueue=run_enqueue,
+        queued_task=run_queued_task,
         # The tenant's own settings for this agent (an auto-approval amount, say),
         # pinned into the run with the agent's configuration.
         config_overrides=(tenant.agent_config or {}).get(agent_name),

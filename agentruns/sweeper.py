@@ -29,8 +29,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, QuerySet
 from django_q.brokers import get_broker
+from django_q.models import OrmQ
 from django_q.tasks import async_task
 
+from agentruns.broker import queue_row
 from agentruns.dbclock import DbNow
 from agentruns.models import TIMED_STATUSES, Run, RunStatus, SweeperLease
 
@@ -269,8 +271,16 @@ def report_orphans(sweep_pass: SweepPass) -> None:
         log.error("run %s is %s with nobody responsible for its next move", run_id, status)
 
 
+ADVANCE_TASK = "agentruns.tasks.advance_run"
+
+
 def push_advance(run_id: str) -> None:
-    async_task("agentruns.tasks.advance_run", run_id, group="advance_run")
+    async_task(ADVANCE_TASK, run_id, group="advance_run")
+
+
+def advance_row(run_id: str) -> OrmQ | None:
+    """``push_advance``'s task as a queue row to insert with the run (PostgreSQL only)."""
+    return queue_row(ADVANCE_TASK, run_id, group="advance_run")
 
 
 def enqueue_task(task: str, *args) -> None:

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, router, transaction
+from django.db.models import Model
 from pydantic import ValidationError
 
 from agentruns.dbclock import DbNow
-from agentruns.models import Run
+from agentruns.models import Run, RunEvent
 from agentruns.runtime.effects import canonical_json, content_hash
+from agentruns.runtime.inserts import insert_sql, saved
 from agentruns.runtime.registry import Agent, Registry, UnknownAgent
 from agentruns.runtime.tools import validation_errors, validation_message
+
+
+@dataclass(frozen=True)
+class QueuedTask:
+    """A run's first wake-up as a row of the queue's table, written in the run's own
+    statement (PostgreSQL, the queue in the run's database), and what to say once it
+    has committed (the broker's knock to its pushers)."""
+
+    row: Model
+    announce: Callable[[], None]
 
 
 class AdmissionError(Exception):
@@ -53,6 +67,7 @@ def start_run(
     dedupe_key: str | None = None,
     requested_by: str = "",
     enqueue: Callable[[uuid.UUID], None] | None = None,
+    queued_task: Callable[[uuid.UUID], QueuedTask | None] | None = None,
     config_overrides: dict[str, Any] | None = None,
 ) -> tuple[Run, bool]:
     """Start a run of the newest registered version of ``agent_name``.
@@ -63,7 +78,9 @@ def start_run(
     Returns ``(run, created)``. A repeated ``request_id`` with the same agent and
     input returns the run it started the first time (``created`` is False); with
     anything different it raises ``RequestConflict``. The run is enqueued after
-    the insert commits.
+    the insert commits with ``enqueue``, or, on PostgreSQL, written to the queue in
+    the same statement as the run when ``queued_task`` gives its row (either way no
+    worker hears of a run that is not committed).
     """
     try:
         agent = registry.latest(agent_name)
@@ -93,10 +110,10 @@ def start_run(
         request_id=request_id,
         dedupe_key=dedupe_key or None,
         # Stamped with the database clock: the sweeper compares it with that clock.
-        enqueued_at=DbNow() if enqueue is not None else None,
+        enqueued_at=DbNow() if enqueue is not None or queued_task is not None else None,
     )
     try:
-        _insert(run, enqueue)
+        _insert(run, enqueue, queued_task)
     except IntegrityError:
         existing = Run.objects.filter(tenant=tenant, request_id=request_id).first()
         if existing is not None:
@@ -142,18 +159,57 @@ def _pinned_snapshot(
     return snapshot
 
 
-def _insert(run: Run, enqueue: Callable[[uuid.UUID], None] | None) -> None:
-    with transaction.atomic():
-        run.save(force_insert=True)
-        if enqueue is not None:
-            # The database's clock stamped it: leave it deferred, read on first use (most
-            # callers never ask), instead of a SELECT per admission.
-            del run.__dict__["enqueued_at"]
-        run.events.create(type="created", state_version=0, payload={"by": run.requested_by})
-        if enqueue is not None:
-            # robust: the run exists once committed; a failed wake-up is the
-            # sweeper's to repair, never the caller's error.
-            transaction.on_commit(lambda: enqueue(run.id), robust=True)
+def _insert(
+    run: Run,
+    enqueue: Callable[[uuid.UUID], None] | None,
+    queued_task: Callable[[uuid.UUID], QueuedTask | None] | None,
+) -> None:
+    created = RunEvent(run=run, type="created", state_version=0, payload={"by": run.requested_by})
+    alias = router.db_for_write(Run)
+    if connections[alias].vendor == "postgresql":
+        task = queued_task(run.id) if queued_task is not None else None
+        _insert_in_one_statement(run, created, task, alias)
+        if task is not None:
+            transaction.on_commit(task.announce, using=alias, robust=True)
+        elif enqueue is not None:
+            transaction.on_commit(lambda: enqueue(run.id), using=alias, robust=True)
+    else:
+        with transaction.atomic(using=alias):
+            run.save(force_insert=True)
+            created.save(force_insert=True)
+            if enqueue is not None:
+                # robust: the run exists once committed; a failed wake-up is the
+                # sweeper's to repair, never the caller's error.
+                transaction.on_commit(lambda: enqueue(run.id), using=alias, robust=True)
+    if isinstance(run.__dict__.get("enqueued_at"), DbNow):
+        # The database's clock stamped it: leave it deferred, read on first use (most
+        # callers never ask), instead of a SELECT per admission.
+        del run.__dict__["enqueued_at"]
+
+
+def _insert_in_one_statement(
+    run: Run, created: RunEvent, task: QueuedTask | None, alias: str
+) -> None:
+    """The run, its "created" event and its first wake-up (when given): one statement,
+    its own transaction unless the caller holds one (then a savepoint, so a repeated
+    request id leaves the caller's transaction usable).
+
+    Through the ORM this was BEGIN, two INSERTs, COMMIT and then the queue's INSERT in a
+    second transaction: five round trips and two commits waiting on the disk, and each
+    INSERT built by Django's compiler.
+    """
+    connection = connections[alias]
+    statements = [insert_sql(run, connection)]
+    if task is not None:
+        statements.append(insert_sql(task.row, connection))
+    event_sql, event_params = insert_sql(created, connection)
+    ctes = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(statements))
+    params = [param for _, statement_params in statements for param in statement_params]
+    savepoint = transaction.atomic(using=alias) if connection.in_atomic_block else None
+    with savepoint or contextlib.nullcontext(), connection.cursor() as cursor:
+        cursor.execute(f"WITH {ctes} {event_sql}", [*params, *event_params])
+    saved(run, alias)
+    saved(created, alias)
 
 
 def _refuse_duplicate(tenant, agent_name: str, dedupe_key: str) -> None:
