@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -85,18 +86,28 @@ class ListeningORM(ORM):
         return tasks or None
 
     def _take(self) -> list[tuple[int, str]]:
-        """django-q2's ORM dequeue without its sleep: due tasks, each by compare-and-set."""
-        due = self.get_connection().filter(key=self.list_key, lock__lt=timezone.now())[: Conf.BULK]
-        taken = []
-        for task in due:
-            # Another cluster may have taken it since the read: its lock moved on.
-            if (
-                self.get_connection()
-                .filter(id=task.id, lock=task.lock)
-                .update(lock=self.timeout(task))
-            ):
-                taken.append((task.pk, task.payload))
-        return taken
+        """The oldest due task, locked for this cluster in one statement: the row lock
+        (``FOR UPDATE SKIP LOCKED``) keeps two pushers off one task, and a pusher never
+        waits on a row another is taking. django-q2's ORM take was a read and then a
+        compare-and-set on ``lock``, two transactions, which every other pusher woken by
+        the same knock repeated and lost."""
+        now = timezone.now()
+        with connections[Conf.ORM].cursor() as cursor:
+            cursor.execute(
+                "UPDATE django_q_ormq SET lock = %s WHERE id IN ("
+                "SELECT id FROM django_q_ormq WHERE key = %s AND lock < %s "
+                "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, payload",
+                [now + timedelta(seconds=Conf.RETRY), self.list_key, now, Conf.BULK],
+            )
+            return [(task_id, payload) for task_id, payload in cursor.fetchall()]
+
+    def delete(self, task_id) -> None:
+        if not self._postgresql():
+            return super().delete(task_id)
+        # acknowledge() and fail() come here: one statement, not the ORM's delete collector.
+        with connections[Conf.ORM].cursor() as cursor:
+            cursor.execute("DELETE FROM django_q_ormq WHERE id = %s", [task_id])
+        return None
 
     def _listen(self) -> bool:
         """A LISTENing connection of this process's own, (re)opened as needed."""

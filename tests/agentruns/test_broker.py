@@ -13,6 +13,7 @@ import time
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 from django_q.brokers import get_broker
 from django_q.conf import Conf
 from django_q.models import OrmQ
@@ -192,3 +193,23 @@ def test_on_sqlite_it_polls_as_the_orm_broker_does(broker, monkeypatch):
     task_id = broker.enqueue("polled")
     assert broker.dequeue() == [(task_id, "polled")]
     assert broker._listener is None
+
+
+@on_postgresql
+def test_a_taken_task_waits_out_its_lock_and_is_taken_again_if_never_acknowledged(broker):
+    task_id = broker.enqueue("held by a cluster that died")
+    assert broker._take() == [(task_id, "held by a cluster that died")]
+    assert broker._take() == []  # locked for the cluster that took it
+    # Its lock lapses (django-q2's retry): another cluster takes it again.
+    OrmQ.objects.using(Conf.ORM).filter(pk=task_id).update(lock=timezone.now())
+    assert broker._take() == [(task_id, "held by a cluster that died")]
+    broker.acknowledge(task_id)
+    assert not OrmQ.objects.using(Conf.ORM).filter(pk=task_id).exists()
+
+
+@on_postgresql
+def test_tasks_are_taken_oldest_first(broker):
+    first = broker.enqueue("first")
+    second = broker.enqueue("second")
+    assert broker._take() == [(first, "first")]
+    assert broker._take() == [(second, "second")]
