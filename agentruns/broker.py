@@ -27,23 +27,28 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import timedelta
 
+import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.utils import InterfaceError, OperationalError
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.tasks import async_task
 
-from agentruns.runtime.outages import Outage
+from agentruns.runtime.outages import Outage, is_connection_loss, through_outages
 
 log = logging.getLogger("holdfast.broker")
 
 # The channel of the queue's knocks; the payload is the queue's list key.
 QUEUE_CHANNEL = "holdfast_queue"
 QUEUE_LISTEN_OUTAGE = Outage("queue listener", log)
+# The pusher's takes and the monitor's acknowledgements, while the database is away.
+QUEUE_OUTAGE = Outage("queue", log)
 
 
 class ListeningORM(ORM):
@@ -53,12 +58,14 @@ class ListeningORM(ORM):
         super().__init__(list_key=list_key)
         self._listener = None
         self._listener_pid: int | None = None
+        self._retry_listening_at = 0.0
 
     def __setstate__(self, state) -> None:
         # A cluster hands its broker to the pusher process pickled: no listener yet.
         super().__setstate__(state)
         self._listener = None
         self._listener_pid = None
+        self._retry_listening_at = 0.0
 
     @staticmethod
     def _postgresql() -> bool:
@@ -78,12 +85,37 @@ class ListeningORM(ORM):
             return super().dequeue()
         if not self._listen():
             return super().dequeue()
-        tasks = self._take()
+        # Under a backlog the pusher never waits; knocks it has not read would pile up
+        # on its listener's connection (and in the server's notification queue).
+        self._drain()
+        tasks = self._on_the_queue(self._take, [])
         if not tasks:
             # Nothing due: look again when a task is announced, or at the re-read.
             self._wait(settings.HOLDFAST_QUEUE_REREAD_SECONDS)
-            tasks = self._take()
+            tasks = self._on_the_queue(self._take, [])
         return tasks or None
+
+    @staticmethod
+    def _on_the_queue(fn, failed):
+        """``fn`` on this process's queue connection, a lost connection waited out (a
+        restart, a failover) instead of ending the pusher or the monitor; after
+        ``RECONNECT_SECONDS`` of it, ``failed``: the next call tries again.
+
+        django-q2's ORM broker closed and reopened its connection around every call
+        (``close_old_connections``, and then Django's health check, a ``SELECT 1``, on
+        the next statement); here a connection is dropped only when it is lost.
+        """
+        try:
+            return through_outages(
+                fn,
+                outage=QUEUE_OUTAGE,
+                budget=settings.HOLDFAST["RECONNECT_SECONDS"],
+                alias=Conf.ORM,
+            )
+        except (OperationalError, InterfaceError, psycopg.OperationalError) as exc:
+            if not is_connection_loss(exc, Conf.ORM):
+                raise
+            return failed
 
     def _take(self) -> list[tuple[int, str]]:
         """The oldest due task, locked for this cluster in one statement: the row lock
@@ -104,49 +136,72 @@ class ListeningORM(ORM):
     def delete(self, task_id) -> None:
         if not self._postgresql():
             return super().delete(task_id)
-        # acknowledge() and fail() come here: one statement, not the ORM's delete collector.
-        with connections[Conf.ORM].cursor() as cursor:
-            cursor.execute("DELETE FROM django_q_ormq WHERE id = %s", [task_id])
+
+        # acknowledge() and fail() come here: one statement, not the ORM's delete
+        # collector. Not deleted (the database away past the budget), the task is
+        # taken again once its lock lapses, and the run's lease decides what that does.
+        def delete_it() -> bool:
+            with connections[Conf.ORM].cursor() as cursor:
+                cursor.execute("DELETE FROM django_q_ormq WHERE id = %s", [task_id])
+            return True
+
+        self._on_the_queue(delete_it, False)
         return None
 
     def _listen(self) -> bool:
-        """A LISTENing connection of this process's own, (re)opened as needed."""
-        import psycopg
-
+        """A LISTENing connection of this process's own, (re)opened as needed, at most
+        once per re-read interval while it cannot be (the pusher polls meanwhile)."""
         if self._listener_pid != os.getpid():
             # Forked from a process that listened: its socket is the parent's.
             self._listener = None
             self._listener_pid = os.getpid()
+            self._retry_listening_at = 0.0
         if self._listener is not None and not self._listener.closed:
             return True
+        if time.monotonic() < self._retry_listening_at:
+            return False
         params = {
             key: value
             for key, value in connections[Conf.ORM].get_connection_params().items()
             if key not in ("cursor_factory", "context", "prepare_threshold")
         }
+        params.setdefault("connect_timeout", 5)
         try:
-            self._listener = psycopg.connect(**params, autocommit=True, connect_timeout=5)
+            self._listener = psycopg.connect(**params, autocommit=True)
             self._listener.execute(f"LISTEN {QUEUE_CHANNEL}")
-        except psycopg.Error as exc:
+        except Exception as exc:
             self._close_listener()
-            QUEUE_LISTEN_OUTAGE.failed(exc)
+            self._retry_listening_at = time.monotonic() + settings.HOLDFAST_QUEUE_REREAD_SECONDS
+            if isinstance(exc, psycopg.Error):
+                QUEUE_LISTEN_OUTAGE.failed(exc)
+            else:
+                log.exception("the queue listener could not start; the pusher polls")
             return False
         QUEUE_LISTEN_OUTAGE.recovered()
         return True
 
-    def _wait(self, seconds: float) -> None:
-        """Until a knock on the channel, or ``seconds``; then drop the knocks behind it."""
-        import psycopg
-
+    def _drain(self) -> None:
+        """Read the knocks that arrived while the pusher was busy, without waiting."""
         try:
-            for _ in self._listener.notifies(timeout=seconds, stop_after=1):
-                pass
-            # The knocks that came with it are for tasks the next look finds anyway.
             for _ in self._listener.notifies(timeout=0.0):
                 pass
         except psycopg.Error as exc:
             self._close_listener()
             QUEUE_LISTEN_OUTAGE.failed(exc)
+
+    def _wait(self, seconds: float) -> None:
+        """Until a knock on the channel, or ``seconds``; then drop the knocks behind it
+        (they are for tasks the next look finds anyway)."""
+        if self._listener is None:
+            return
+        try:
+            for _ in self._listener.notifies(timeout=seconds, stop_after=1):
+                pass
+        except psycopg.Error as exc:
+            self._close_listener()
+            QUEUE_LISTEN_OUTAGE.failed(exc)
+            return
+        self._drain()
 
     def _close_listener(self) -> None:
         if self._listener is not None:
@@ -190,6 +245,9 @@ def queue_row(func: str, *args, group: str) -> OrmQ | None:
     cannot tell the row from one the broker wrote. After the row commits, ``announce()``.
     """
     if Conf.ORM != DEFAULT_DB_ALIAS or connections[Conf.ORM].vendor != "postgresql":
+        return None
+    if Conf.SYNC:
+        # django-q2 would run the task at once, before the run it wakes is written.
         return None
     kept = _Kept()
     async_task(func, *args, group=group, broker=kept)

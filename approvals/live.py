@@ -40,7 +40,9 @@ def _shown_ids(text: str) -> list[int]:
     the viewer's tenant's approvals are ever read for them (``for_tenant``)."""
     ids = []
     for part in text.split(",")[:SHOWN_LIMIT]:
-        if part.strip().isdigit():
+        part = part.strip()
+        # isascii: "²" is a digit to str.isdigit() and no number to int().
+        if part.isascii() and part.isdigit():
             ids.append(int(part))
     return ids
 
@@ -76,7 +78,8 @@ class InboxPage:
         # The page is older than what is there (its socket connected after a decision
         # made on it, or again after an outage): every card it shows is drawn again in
         # place, a decided one as decided, and the new ones are added. Never the whole
-        # list: that would take away a card its reader just decided.
+        # list: that would take away a card its reader just decided. (A note being
+        # typed on a card is lost then, as it was when the list was pushed whole.)
         self.shown = {pk: "" for pk in _shown_ids(self.watcher.param("shown"))}
         self.empty = not self.shown
         return self._in_place(context)

@@ -145,20 +145,43 @@ def test_two_pushers_woken_by_one_task_take_it_once(slow_reread):
 def test_a_pusher_whose_listener_cannot_connect_polls_and_still_takes_tasks(
     broker, monkeypatch, slow_reread
 ):
+    attempts = []
+
     def refused(*args, **kwargs):
+        attempts.append(kwargs)
         raise psycopg.OperationalError("connection refused")
 
     monkeypatch.setattr(psycopg, "connect", refused)
+    monkeypatch.setattr("django_q.brokers.orm.sleep", lambda seconds: None)
     task_id = broker.enqueue("polled")
     assert broker.dequeue() == [(task_id, "polled")]
+    assert broker.dequeue() is None
+    # One attempt per re-read interval, not one per look; with a timeout of its own.
+    assert len(attempts) == 1
+    assert attempts[0]["connect_timeout"] == 5
     assert broker._listener is None
     assert broker_module.QUEUE_LISTEN_OUTAGE.down
     monkeypatch.undo()
-    # The database answers again: the next look listens, and the outage is over.
+    # The database answers again and the interval has passed: the next look listens.
+    broker._retry_listening_at = 0.0
     task_id = broker.enqueue("listened")
     assert broker.dequeue() == [(task_id, "listened")]
     assert broker._listener is not None
     assert not broker_module.QUEUE_LISTEN_OUTAGE.down
+
+
+@on_postgresql
+def test_a_lost_queue_connection_is_waited_out_not_raised(broker, slow_reread):
+    task_id = broker.enqueue("after a restart")
+    assert broker._listen()
+    # The server ends this process's queue connection (a restart, a failover).
+    with psycopg.connect(**_listener_params(), autocommit=True) as admin:
+        connection.ensure_connection()
+        backend = connection.connection.info.backend_pid
+        admin.execute("SELECT pg_terminate_backend(%s)", [backend])
+    assert broker.dequeue() == [(task_id, "after a restart")]
+    broker.acknowledge(task_id)
+    assert not OrmQ.objects.using(Conf.ORM).filter(pk=task_id).exists()
 
 
 @on_postgresql

@@ -119,7 +119,7 @@ def test_a_page_claiming_another_tenants_cards_is_shown_none_of_them(
     outsider = Client()
     outsider.force_login(make_operator(other_tenant, "approver"))
     # A page address written by hand: out of date, claiming the other tenant's card.
-    snapshot = _snapshot(outsider, f"/ws/live/inbox/?seen=x&shown={pending.pk},x,-3")
+    snapshot = _snapshot(outsider, f"/ws/live/inbox/?seen=x&shown={pending.pk},x,-3,\u00b2")
     assert 'id="approval-tabs"' in snapshot
     assert f"approval-{pending.pk}" not in snapshot
     assert "ord_" not in snapshot

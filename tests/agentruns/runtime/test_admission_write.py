@@ -12,6 +12,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from agentruns.models import Run, RunEvent
+from agentruns.runtime import DuplicateActiveRun
 from agentruns.runtime.inserts import insert_sql
 from agentruns.services import run_start
 
@@ -83,13 +84,17 @@ def test_a_caller_rolling_back_takes_the_run_its_event_and_its_wake_up(tenant):
     assert _queued() == []
 
 
-def test_a_repeated_request_inside_a_callers_transaction_leaves_it_usable(tenant):
-    first, _ = _start(tenant, "write-5")
+def test_a_refused_insert_inside_a_callers_transaction_leaves_it_usable(tenant):
+    first, _ = _start(tenant, "write-5", dedupe_key="order-ord_1001")
     with transaction.atomic():
+        # Another request id with the same dedupe key: the INSERT itself is refused.
+        with pytest.raises(DuplicateActiveRun):
+            _start(tenant, "write-5b", dedupe_key="order-ord_1001")
+        # It rolled back to its savepoint only: the caller's transaction goes on.
+        assert Run.objects.filter(dedupe_key="order-ord_1001").count() == 1
         again, created = _start(tenant, "write-5")
-        # The refused INSERT rolled back to its savepoint only: the transaction goes on.
-        assert Run.objects.filter(request_id="write-5").count() == 1
     assert (again.id, created) == (first.id, False)
+    assert not Run.objects.filter(request_id="write-5b").exists()
     assert len(_queued()) == 1
 
 
