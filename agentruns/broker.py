@@ -216,10 +216,12 @@ def announce(list_key: str | None = None) -> None:
     """One knock on the channel, once a task is committed; lost, it costs a pusher one
     re-read interval."""
     try:
-        with connections[Conf.ORM].cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_notify(%s, %s)", [QUEUE_CHANNEL, list_key or Conf.CLUSTER_NAME]
-            )
+        connection = connections[Conf.ORM]
+        connection.ensure_connection()
+        # The raw connection: one statement, nothing for Django's cursor to do.
+        connection.connection.execute(
+            "SELECT pg_notify(%s, %s)", [QUEUE_CHANNEL, list_key or Conf.CLUSTER_NAME]
+        )
     except Exception:
         log.debug("could not announce a queued task; pushers find it at their re-read")
 

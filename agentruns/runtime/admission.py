@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Model
 from pydantic import ValidationError
@@ -206,8 +207,12 @@ def _insert_in_one_statement(
     ctes = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(statements))
     params = [param for _, statement_params in statements for param in statement_params]
     savepoint = transaction.atomic(using=alias) if connection.in_atomic_block else None
-    with savepoint or contextlib.nullcontext(), connection.cursor() as cursor:
-        cursor.execute(f"WITH {ctes} {event_sql}", [*params, *event_params])
+    with savepoint or contextlib.nullcontext():
+        connection.ensure_connection()
+        # On the raw connection, its parameters bound by the server (Django's cursors
+        # quote each one into the SQL text first); errors as Django's (IntegrityError).
+        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute(f"WITH {ctes} {event_sql}", [*params, *event_params])
     saved(run, alias)
     saved(created, alias)
 
