@@ -72,7 +72,7 @@ def test_the_audit_page_is_live_for_who_may_read_it(tenant, make_operator):
 
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(admin))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         assert 'id="audit-entries" hx-swap-oob="true"' in await socket.receive_from(timeout=5)
         await database_sync_to_async(audit_record)(
             tenant=tenant,

@@ -36,7 +36,7 @@ def test_the_list_socket_sends_a_snapshot_then_changes_made_elsewhere(viewer_cli
 
     async def scenario():
         socket = WebsocketCommunicator(application, "/ws/runs/", headers=_headers(viewer_client))
-        connected, _ = await socket.connect()
+        connected, _ = await socket.connect(timeout=20)
         assert connected
         snapshot = await socket.receive_from(timeout=5)
         assert f'id="run-{run.id}"' in snapshot and 'id="run-table" hx-swap-oob="true"' in snapshot
@@ -58,7 +58,7 @@ def test_a_new_run_is_added_on_top_of_a_matching_list(viewer_client, harness):
         socket = WebsocketCommunicator(
             application, "/ws/runs/?state=queued", headers=_headers(viewer_client)
         )
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         await socket.receive_from(timeout=5)
         run = await database_sync_to_async(harness.start)("flow")
         update = await socket.receive_from(timeout=5)
@@ -80,7 +80,7 @@ def test_a_reconnect_gets_a_full_snapshot(viewer_client, harness):
             socket = WebsocketCommunicator(
                 application, f"/ws/runs/{run.id}/", headers=_headers(viewer_client)
             )
-            assert (await socket.connect())[0]
+            assert (await socket.connect(timeout=20))[0]
             snapshot = await socket.receive_from(timeout=5)
             for part in ('id="run-summary"', 'id="timeline"', 'id="events"', 'id="attention"'):
                 assert part in snapshot
@@ -95,7 +95,7 @@ def test_another_tenants_socket_gets_nothing(client, harness, other_tenant, make
 
     async def scenario():
         socket = WebsocketCommunicator(application, "/ws/runs/", headers=_headers(client))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         assert str(run.id) not in snapshot
         await database_sync_to_async(harness.advance)(run)
@@ -119,7 +119,7 @@ def test_anonymous_and_foreign_origin_sockets_are_refused(viewer_client):
             "/ws/runs/",
             headers=_headers(viewer_client, origin=(b"origin", b"https://evil.example")),
         )
-        connected, _ = await foreign.connect()
+        connected, _ = await foreign.connect(timeout=20)
         assert not connected
 
     _run(scenario)
@@ -141,7 +141,7 @@ def test_the_navigation_socket_sends_only_the_navigation(viewer_client, harness)
 
     async def scenario():
         socket = WebsocketCommunicator(application, "/ws/nav/", headers=_headers(viewer_client))
-        connected, _ = await socket.connect()
+        connected, _ = await socket.connect(timeout=20)
         assert connected
         snapshot = await socket.receive_from(timeout=5)
         assert snapshot.startswith('<nav id="attention"') and "run-table" not in snapshot
@@ -167,7 +167,7 @@ def test_the_pushed_navigation_keeps_the_links_its_viewer_may_follow(
 
         async def scenario(headers=headers):
             socket = WebsocketCommunicator(application, "/ws/nav/", headers=headers)
-            assert (await socket.connect())[0]
+            assert (await socket.connect(timeout=20))[0]
             first = await socket.receive_from(timeout=5)
             await database_sync_to_async(harness.start)("flow", {})
             later = await socket.receive_from(timeout=5)
@@ -187,7 +187,7 @@ def test_the_run_page_pushes_its_audit_entries(client, tenant, make_operator, ha
 
     async def scenario():
         socket = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=_headers(client))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         await socket.receive_from(timeout=5)
         await database_sync_to_async(audit_record)(
             tenant=tenant,
@@ -211,7 +211,7 @@ def test_pushed_fragments_show_times_in_the_operators_time_zone(
 
     async def scenario():
         socket = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=_headers(client))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         await database_sync_to_async(harness.advance)(run)
         pushed = await socket.receive_from(timeout=5)

@@ -150,7 +150,7 @@ def test_a_commit_reaches_a_connected_socket_through_notify(
 
     async def scenario():
         socket = WebsocketCommunicator(application, "/ws/runs/", headers=headers)
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         await socket.receive_from(timeout=10)  # the snapshot
         await asyncio.sleep(0.3)  # the listener's first read is behind us
         await database_sync_to_async(harness.advance)(run)

@@ -265,7 +265,7 @@ def test_the_live_socket_pushes_the_same_holder_line(viewer, refund_run):
 
     async def scenario():
         socket = WebsocketCommunicator(application, f"/ws/runs/{refund_run.id}/", headers=headers)
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         await socket.disconnect()
         return snapshot

@@ -40,7 +40,7 @@ def test_a_new_request_appears_and_another_approvers_decision_changes_it_in_plac
 
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(ann))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         # The page is current: only the counts, no card replaced under the reader.
         assert 'id="approval-tabs"' in snapshot and "<article" not in snapshot
@@ -76,7 +76,7 @@ def test_a_new_request_appears_and_another_approvers_decision_changes_it_in_plac
 def _snapshot(ann, address: str) -> str:
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(ann))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         await socket.disconnect()
         return snapshot
@@ -132,7 +132,7 @@ def test_an_approvals_page_follows_its_card_and_history(ann, pending, other_appr
 
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(ann))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         assert "<article" not in snapshot  # current as rendered
         await database_sync_to_async(post_decision)(other_approver, pending, "reject", "no")

@@ -38,7 +38,7 @@ def test_an_automatic_lookup_appears_and_the_forms_are_left_alone(case, rita, wo
 
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(rita))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         assert 'id="case-lookups" hx-swap-oob="true"' in snapshot
         # The provider still cannot be asked: an inconclusive lookup, the case stays open.
@@ -62,7 +62,7 @@ def test_a_case_settled_elsewhere_is_redrawn_whole(case, rita, world, tenant, ma
 
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(rita))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         await socket.receive_from(timeout=5)
         # Another reconciler asks the provider: it did not happen, and the case
         # settles itself (a conclusive lookup).
@@ -82,7 +82,7 @@ def test_the_queue_follows_the_cases(case, rita, world):
 
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(rita))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         assert f"/reconciliation/{case.pk}/" in snapshot
         assert '<span class="count" id="open-case-count" hx-swap-oob="true">1</span>' in snapshot

@@ -74,7 +74,7 @@ def test_a_socket_closes_within_seconds_once_its_viewer_may_no_longer_watch(
 
     async def scenario():
         socket = WebsocketCommunicator(application, "/ws/runs/", headers=headers)
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         await socket.receive_from(timeout=5)  # the snapshot
         await database_sync_to_async(_lose_access)(how, client, user, other_tenant)
         # A new run arrives meanwhile: it must not reach this socket.
@@ -93,7 +93,7 @@ def test_a_socket_of_a_viewer_who_still_may_watch_stays_open(viewer, harness):
 
     async def scenario():
         socket = WebsocketCommunicator(application, "/ws/runs/", headers=_headers(client))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         await socket.receive_from(timeout=5)
         run = await database_sync_to_async(harness.start)("flow", {})
         update = await socket.receive_from(timeout=5)
@@ -124,13 +124,13 @@ def test_a_login_holds_a_bounded_number_of_sockets(viewer, settings):
         first = WebsocketCommunicator(application, "/ws/nav/", headers=headers)
         second = WebsocketCommunicator(application, "/ws/nav/", headers=headers)
         third = WebsocketCommunicator(application, "/ws/nav/", headers=headers)
-        assert (await first.connect())[0]
-        assert (await second.connect())[0]
+        assert (await first.connect(timeout=20))[0]
+        assert (await second.connect(timeout=20))[0]
         code, notice = await refused_with(third)
         assert code == 4429 and "live pages open already" in notice
         await first.disconnect()
         again = WebsocketCommunicator(application, "/ws/nav/", headers=headers)
-        assert (await again.connect())[0]  # a closed socket frees its place
+        assert (await again.connect(timeout=20))[0]  # a closed socket frees its place
         await second.disconnect()
         await again.disconnect()
 

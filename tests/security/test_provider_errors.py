@@ -126,7 +126,7 @@ def test_the_live_run_page_pushes_by_the_same_rule(case, tenant, make_operator, 
 
     async def scenario():
         socket = WebsocketCommunicator(application, f"/ws/runs/{case.run_id}/", headers=headers)
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         await socket.receive_from(timeout=5)  # the snapshot
         # Something happens to the run: the page is pushed its fragments again.
         await _touch(case, address)

@@ -160,7 +160,7 @@ def test_another_tenants_endpoints_and_deliveries_are_invisible(world, other_ten
     async def scenario():
         address = f"/ws/live/webhook/{endpoint.pk}/"
         socket = WebsocketCommunicator(application, address, headers=browser_headers(theirs))
-        connected, _ = await socket.connect()
+        connected, _ = await socket.connect(timeout=20)
         assert connected
         await socket.receive_from(timeout=5)
         closed = await socket.receive_output(timeout=5)
@@ -198,7 +198,7 @@ def test_the_log_is_pushed_when_a_delivery_moves(world, ada):
 
     async def scenario():
         socket = WebsocketCommunicator(application, address, headers=browser_headers(ada))
-        assert (await socket.connect())[0]
+        assert (await socket.connect(timeout=20))[0]
         snapshot = await socket.receive_from(timeout=5)
         assert 'id="webhook-log" hx-swap-oob="true"' in snapshot
         assert "Waiting to be sent" in snapshot
