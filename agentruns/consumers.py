@@ -20,7 +20,6 @@ from collections import Counter
 from datetime import UTC
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
@@ -35,10 +34,15 @@ from django.utils.module_loading import import_string
 from accounts.middleware import zone_of
 from accounts.models import Operator
 from accounts.navigation import attention_for
-from agentruns.follower import PAGES_OUTAGE, Moved, follower
+from agentruns.follower import PAGES_OUTAGE, Moved, follower, live_sync_to_async
 from agentruns.live import Fresh, Watcher, live_page
 from agentruns.models import Run
-from agentruns.selectors import run_detail_context, run_list_context, run_matches
+from agentruns.selectors import (
+    run_detail_context,
+    run_list_context,
+    run_matches,
+    run_tabs_context,
+)
 
 # A socket checks again this often (and before every push) that whoever opened it may
 # still watch: the session, the login, the permission and the tenant. The periods
@@ -60,7 +64,7 @@ class RunsConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self._refuse(4401, "you are signed out", sign_in=True)
             return
-        self.operator = await database_sync_to_async(self._operator)(user)
+        self.operator = await live_sync_to_async(self._operator)(user)
         if self.operator is None:
             await self._refuse(4403, "you may not see runs")
             return
@@ -83,8 +87,8 @@ class RunsConsumer(AsyncWebsocketConsumer):
             if factory is None:
                 await self._refuse(4404, "there is no such live page")
                 return
-            self.page = await database_sync_to_async(self._open_page)(factory, route)
-        if not await database_sync_to_async(self._visible)():
+            self.page = await live_sync_to_async(self._open_page)(factory, route)
+        if not await live_sync_to_async(self._visible)():
             await self._refuse(4404, "there is no such live page")
             return
         self.tenant_id = self.operator.tenant_id
@@ -97,7 +101,7 @@ class RunsConsumer(AsyncWebsocketConsumer):
         # Subscribed before the snapshot is rendered: whatever commits meanwhile is
         # pushed after it (at worst once more), never lost between the two.
         await self.follower.subscribe(self)
-        await self.send(text_data=await database_sync_to_async(self._snapshot)())
+        await self.send(text_data=await live_sync_to_async(self._snapshot)())
         self.pusher = asyncio.create_task(self._push())
 
     async def disconnect(self, code: int) -> None:
@@ -150,14 +154,14 @@ class RunsConsumer(AsyncWebsocketConsumer):
                     ended = await self.follower.checks.call(
                         (self.session_key, self.operator.user_id, self.tenant_id),
                         since,
-                        database_sync_to_async(self._access_ended),
+                        live_sync_to_async(self._access_ended),
                     )
                     if ended:
                         await self._end(ended)
                         return
             except (OperationalError, InterfaceError) as exc:
                 # The database is away (or locked): keep the socket and its batches,
-                # wait, render again. database_sync_to_async closes the thread's
+                # wait, render again. live_sync_to_async closes the thread's
                 # broken connection.
                 self.moved[:0] = moved
                 await asyncio.sleep(PAGES_OUTAGE.failed(exc) + 0.5)
@@ -168,7 +172,7 @@ class RunsConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=fragments)
 
     async def _render(self, moved: list[Moved]) -> str:
-        render = database_sync_to_async(self._changes)
+        render = live_sync_to_async(self._changes)
         if self.page is not None:
             return await render(moved)  # a page keeps what it pushed: its own render
         # Whatever else a socket pushes follows from who watches what, and the batches.
@@ -231,33 +235,37 @@ class RunsConsumer(AsyncWebsocketConsumer):
             return True
         return Run.objects.filter(pk=self.run_id, tenant_id=self.operator.tenant_id).exists()
 
-    def _in_zone(self):
+    @staticmethod
+    def _in_zone(viewer):
         """Fragments pushed outside a request show times as the page did: in the
         operator's time zone as it is now (accounts.middleware)."""
-        operator = Operator.objects.filter(user_id=self.operator.user_id).first()
+        operator: Operator | None = getattr(viewer, "operator", None)
         return timezone.override(zone_of(operator) or UTC)
 
     def _snapshot(self) -> str:
-        with self._in_zone():
-            return self._snapshot_fragments()
+        viewer = self._viewer()
+        with self._in_zone(viewer):
+            return self._snapshot_fragments(viewer)
 
     def _changes(self, moved: list[Moved]) -> str:
-        with self._in_zone():
+        viewer = self._viewer()
+        with self._in_zone(viewer):
             return self._changed_fragments(
+                viewer,
                 [event for batch in moved for event in batch.events],
                 [entry for batch in moved for entry in batch.audit],
             )
 
-    def _snapshot_fragments(self) -> str:
+    def _snapshot_fragments(self, viewer) -> str:
         if self.navigation_only:
-            return self._attention()
+            return self._attention(viewer)
         if self.page is not None:
-            return self.page.snapshot() + self._attention()
+            return self.page.snapshot() + self._attention(viewer)
         if self.run_id is not None:
-            return self._detail_fragments()
-        return self._list_fragments()
+            return self._detail_fragments(viewer)
+        return self._list_fragments(viewer)
 
-    def _changed_fragments(self, events: list[tuple], entries: list[tuple]) -> str:
+    def _changed_fragments(self, viewer, events: list[tuple], entries: list[tuple]) -> str:
         if self.run_id is not None:
             events = [event for event in events if event[1] == self.run_id]
         fresh = [(i, run_id, kind) for i, run_id, kind in events]
@@ -267,13 +275,13 @@ class RunsConsumer(AsyncWebsocketConsumer):
         if not fresh and not audit:
             return ""
         if self.navigation_only:
-            return self._attention()
+            return self._attention(viewer)
         if self.page is not None:
             moved = Fresh(frozenset(run_id for _, run_id, _ in fresh), audit)
-            return self.page.changes(moved) + self._attention()
+            return self.page.changes(moved) + self._attention(viewer)
         if self.run_id is not None:
             if fresh or self._audits_this_run(audit):
-                return self._detail_fragments()
+                return self._detail_fragments(viewer)
             return ""
         if not fresh:
             return ""
@@ -282,9 +290,9 @@ class RunsConsumer(AsyncWebsocketConsumer):
         if any(run.id in created and run_matches(run, self.params) for run in changed):
             # A new run belongs on this page: render the page again (it may have
             # been empty, with no table to add a row to).
-            return self._list_fragments()
+            return self._list_fragments(viewer)
         parts = []
-        perms = PermWrapper(self._viewer())  # a row's checkbox is for who may act on it
+        perms = PermWrapper(viewer)  # a row's checkbox is for who may act on it
         for run in changed:
             if run_matches(run, self.params):
                 context = {"run": run, "oob": "true", "perms": perms}
@@ -292,21 +300,21 @@ class RunsConsumer(AsyncWebsocketConsumer):
             else:
                 # It left this tab's state (or never matched): not on this page.
                 parts.append(f'<tr id="run-{run.id}" hx-swap-oob="delete"></tr>')
-        context = run_list_context(self.operator.tenant, self.params)
+        context = run_tabs_context(self.operator.tenant, self.params)
         parts.append(render_to_string("agentruns/run_list.html#tabs", {**context, "oob": True}))
-        parts.append(self._attention())
+        parts.append(self._attention(viewer))
         return "".join(parts)
 
-    def _list_fragments(self) -> str:
+    def _list_fragments(self, viewer) -> str:
         context = {
             **run_list_context(self.operator.tenant, self.params),
             "oob": True,
-            "perms": PermWrapper(self._viewer()),
+            "perms": PermWrapper(viewer),
         }
         return (
             render_to_string("agentruns/run_list.html#run_table", context)
             + render_to_string("agentruns/run_list.html#tabs", context)
-            + self._attention()
+            + self._attention(viewer)
         )
 
     def _audits_this_run(self, audit: tuple[tuple[str, str, str], ...]) -> bool:
@@ -325,28 +333,31 @@ class RunsConsumer(AsyncWebsocketConsumer):
             for kind, object_id in objects
         )
 
-    def _detail_fragments(self) -> str:
+    def _detail_fragments(self, viewer) -> str:
         run = Run.objects.select_related("tenant").get(pk=self.run_id)
-        context = {**run_detail_context(run, self._viewer()), "oob": True}
+        context = {**run_detail_context(run, viewer), "oob": True}
         return (
             render_to_string("agentruns/run_detail.html#summary", context)
             + render_to_string("agentruns/run_detail.html#timeline", context)
             + render_to_string("agentruns/run_detail.html#events", context)
             + render_to_string("agentruns/run_detail.html#audit", context)
-            + self._attention()
+            + self._attention(viewer)
         )
 
     def _viewer(self):
-        """The watching user as the database has them now: what a fragment offers
-        (the Audit link, cancel, provider errors) follows their permissions of now."""
-        return get_user_model()._default_manager.get(pk=self.operator.user_id)
+        """The watching user as the database has them now, with their operator: what
+        a fragment offers (the Audit link, cancel, provider errors) follows their
+        permissions of now, and its times their time zone. One per render: its
+        permissions are read once, for every fragment of it."""
+        users = get_user_model()._default_manager.select_related("operator")
+        return users.get(pk=self.operator.user_id)
 
-    def _attention(self) -> str:
+    def _attention(self, viewer) -> str:
         context = {
             "attention": attention_for(self.operator.tenant),
             "oob": True,
             # Rendered outside a request: the permissions the page's own render read.
-            "perms": PermWrapper(self._viewer()),
+            "perms": PermWrapper(viewer),
         }
         return render_to_string("accounts/_attention.html", context)
 

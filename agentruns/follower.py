@@ -25,7 +25,8 @@ still appear: each read takes a trailing window (``TRAILING_WINDOW`` ids) behind
 newest id seen and hands out only the ids it had not seen.
 
 Everything here runs on the event loop of the sockets it serves; the database reads
-run in the sockets' worker threads (``database_sync_to_async``). A test's
+run in the sockets' worker thread (``live_sync_to_async``: one thread for every
+socket of the process, which keeps its connection while pages are open). A test's
 ``async_to_sync`` runs its own loop, so there is one follower per loop (in a web
 process: exactly one).
 """
@@ -43,9 +44,10 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from channels.db import database_sync_to_async
+from asgiref.sync import SyncToAsync
+from channels.db import DatabaseSyncToAsync
 from django.conf import settings
-from django.db import connection
+from django.db import close_old_connections, connection
 from django.db.models import Max
 from django.db.utils import InterfaceError, OperationalError
 
@@ -66,7 +68,53 @@ PAGES_OUTAGE = Outage("live pages", log)
 # The listening connection's own outage: reads go on (by the safety re-read) meanwhile.
 LISTEN_OUTAGE = Outage("live pages' listener", log)
 
+# How long the live pages' thread keeps a connection it opened (Django's CONN_MAX_AGE
+# for it): the web process's requests open one each (config/asgi.py), the pages do not.
+KEPT_CONNECTION_SECONDS = 60.0
+
 _batches = itertools.count(1)
+
+
+class live_sync_to_async(DatabaseSyncToAsync):
+    """``database_sync_to_async`` for the live pages: the sockets' database calls.
+
+    With no request around them they all run on asgiref's one shared thread, and they
+    come several a second (a read, a render, an access check per change). Requests
+    connect each time (``CONN_MAX_AGE=0``: each runs on a thread of its own that a
+    kept connection would outlive), which here would be a new PostgreSQL backend per
+    call: the connection of this thread is kept for ``KEPT_CONNECTION_SECONDS``
+    instead. Django's checks still apply around every call: a connection that failed
+    is closed, one past its age replaced, and ``CONN_HEALTH_CHECKS`` tests it first.
+    The follower closes it when the process's last page closes.
+    """
+
+    def thread_handler(self, loop, *args, **kwargs):
+        close_old_connections()
+        try:
+            return SyncToAsync.thread_handler(self, loop, *args, **kwargs)
+        finally:
+            _keep_connection()
+            close_old_connections()
+
+
+def _keep_connection() -> None:
+    """Give a connection this call opened its live pages' age (once: a kept one ages)."""
+    raw = connection.connection
+    if raw is None or connection.close_at is None:
+        return  # none open, or kept for ever (CONN_MAX_AGE=None)
+    if getattr(connection, "holdfast_kept", None) is not raw:
+        connection.holdfast_kept = raw
+        connection.close_at = max(connection.close_at, time.monotonic() + KEPT_CONNECTION_SECONDS)
+
+
+def _close_kept_connection() -> None:
+    # Only a connection kept above, and never one in a transaction (a test's, say).
+    if (
+        connection.connection is not None
+        and getattr(connection, "holdfast_kept", None) is connection.connection
+        and not connection.in_atomic_block
+    ):
+        connection.close()
 
 
 @dataclass(frozen=True)
@@ -197,7 +245,7 @@ class Follower:
             if tenant is None:
                 tenant = self.tenants[subscriber.tenant_id] = TenantLog(subscriber.tenant_id)
                 try:
-                    await database_sync_to_async(tenant.start)()
+                    await live_sync_to_async(tenant.start)()
                 except BaseException:
                     # The database away: the socket fails to open (the browser retries),
                     # and whoever waits on this start begins afresh.
@@ -244,6 +292,9 @@ class Follower:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if tasks:
+            # No page is open: the pages' thread gives its connection back.
+            await live_sync_to_async(_close_kept_connection)()
 
     @staticmethod
     def interval() -> float:
@@ -269,7 +320,7 @@ class Follower:
                 if tenant is None or not tenant.ready.is_set():
                     continue
                 try:
-                    moved = await database_sync_to_async(tenant.read)()
+                    moved = await live_sync_to_async(tenant.read)()
                 except (OperationalError, InterfaceError) as exc:
                     # The database is away (or locked): the sockets stay open; every
                     # tenant is read again once it answers.

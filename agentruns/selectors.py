@@ -8,6 +8,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.db import connections, router
 from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
@@ -107,20 +108,40 @@ def _in_tab(runs: QuerySet[Run], state: str, group: str) -> QuerySet[Run]:
     return runs
 
 
-def capped_count(runs: QuerySet[Run]) -> int:
-    """How many ``runs`` there are, counting no further than ``COUNT_CAP + 1``.
+def capped_counts(querysets: dict[str, QuerySet[Run]]) -> dict[str, int]:
+    """How many runs each queryset holds, counting no further than ``COUNT_CAP + 1``.
 
-    One ``SELECT count(*) FROM (... LIMIT cap+1)`` walking the run_tenant_status
-    index range, so a state with 200,000 runs costs what one with 1,001 does.
+    Each is a ``count(*) FROM (... LIMIT cap+1)`` walking its index range (for a
+    state, run_tenant_status), so a state with 200,000 runs costs what one with 1,001
+    does. All of them go in one statement: the run list counts every state on every
+    render, pushed ones included, and a round trip and a compiled query each cost more
+    than the count itself.
     """
-    return runs.order_by()[: COUNT_CAP + 1].count()
+    names = list(querysets)
+    parts: list[str] = []
+    params: list[Any] = []
+    for n, name in enumerate(names):
+        capped = querysets[name].order_by().values("pk")[: COUNT_CAP + 1]
+        sql, sql_params = capped.query.sql_with_params()
+        # The SQL is Django's own, compiled from the queryset; values travel as params.
+        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS capped_{n})")  # noqa: S608
+        params.extend(sql_params)
+    with connections[router.db_for_read(Run)].cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(parts)}", params)
+        row = cursor.fetchone()
+    return dict(zip(names, row, strict=True))
 
 
-def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
-    """Everything the run list shows for ``params`` (a QueryDict or a dict of lists)."""
+def run_tabs_context(tenant: Tenant, params) -> dict[str, Any]:
+    """The run list's tabs for ``params``: each state's count in its group, and the
+    page's filters their links keep. A live page pushes these alone when a run moves."""
     runs, state, group = _filtered(tenant, params)
-    counts = {s.value: capped_count(runs.filter(status=s.value)) for s in RunStatus}
-    total = capped_count(runs)
+    return _tabs(runs, state, group, params)
+
+
+def _tabs(runs: QuerySet[Run], state: str, group: str, params) -> dict[str, Any]:
+    counts = capped_counts({"": runs} | {s.value: runs.filter(status=s.value) for s in RunStatus})
+    total = counts.pop("")
     tab_groups = []
     for state_group in GROUPS:
         tabs = [Tab(s, counts[s.value]) for s in states_of(state_group)]
@@ -132,6 +153,28 @@ def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
                 tabs,
             )
         )
+    filters = QueryDict(mutable=True)
+    tab = (("state", state), ("group", group))
+    for name, value in (*tab, *((n, _param(params, n)) for n in FILTERS)):
+        if value:
+            filters[name] = value
+    return {
+        "state": state,
+        "group": group,
+        # The page's own filters, for links that keep them ({% querystring filters %}):
+        # fragments pushed over the socket are rendered without a request.
+        "filters": filters,
+        # The states in their groups, as the tabs show them, with their counts.
+        "tabs": tab_groups,
+        "total": total,
+        "count_cap": COUNT_CAP,
+    }
+
+
+def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
+    """Everything the run list shows for ``params`` (a QueryDict or a dict of lists)."""
+    runs, state, group = _filtered(tenant, params)
+    tabs = _tabs(runs, state, group, params)
     runs = _in_tab(runs, state, group)
     # Keyset pagination: the page after (created_at, id), never OFFSET. The extra
     # created_at bound turns the OR into an index range (run_tenant_recent).
@@ -146,17 +189,11 @@ def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
         page = page[:PAGE_SIZE]
         last = page[-1]
         next_cursor = f"{last.created_at.isoformat()}|{last.id}"
-    filters = QueryDict(mutable=True)
-    tab = (("state", state), ("group", group))
-    for name, value in (*tab, *((n, _param(params, n)) for n in FILTERS)):
-        if value:
-            filters[name] = value
     mark = _param(params, "mark")
     group_label = group_named(group).label if group else ""
     return {
+        **tabs,
         "runs": page,
-        "state": state,
-        "group": group,
         "agent": _param(params, "agent"),
         "since": _param(params, "since"),
         "q": _param(params, "q"),
@@ -165,13 +202,6 @@ def run_list_context(tenant: Tenant, params) -> dict[str, Any]:
         # The open tab in words, for the empty list's sentence.
         "tab_label": state_of(state).label if state else group_label,
         "marks": MARKS.values(),
-        # The page's own filters, for links that keep them ({% querystring filters %}):
-        # fragments pushed over the socket are rendered without a request.
-        "filters": filters,
-        # The states in their groups, as the tabs show them, with their counts.
-        "tabs": tab_groups,
-        "total": total,
-        "count_cap": COUNT_CAP,
         # The deployment's agents, not a scan of every run for its agent name.
         "agents": get_registry().names(),
         "next_cursor": next_cursor,

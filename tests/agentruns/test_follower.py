@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from accounts.services import audit_record
 from agentruns import follower as follower_module
 from agentruns.doorbell import Doorbell
-from agentruns.follower import LIVE_CHANNEL, Follower, Moved
+from agentruns.follower import LIVE_CHANNEL, Follower, Moved, live_sync_to_async
 from agentruns.runtime.outages import Outage
 from config.asgi import application
 
@@ -54,6 +54,32 @@ def _listener_params() -> dict:
 async def _arrived(page: Page, timeout: float = 5.0) -> Moved:
     await asyncio.wait_for(page.arrived.wait(), timeout=timeout)
     return page.batches[-1]
+
+
+def test_the_pages_thread_keeps_its_connection_while_pages_are_open(tenant, monkeypatch):
+    # As in the web process (config/asgi.py): a request's connection is closed after it.
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
+    connection.close()
+
+    def connection_used():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return connection.connection
+
+    async def scenario():
+        follower = Follower()
+        page = Page(tenant.id)
+        await follower.subscribe(page)
+        kept = [await live_sync_to_async(connection_used)() for _ in range(3)]
+        await follower.unsubscribe(page)  # the last page of the process closes
+        after = await live_sync_to_async(lambda: connection.connection)()
+        plain = [await database_sync_to_async(connection_used)() for _ in range(2)]
+        return kept, after, plain
+
+    kept, after, plain = async_to_sync(scenario)()
+    assert kept[0] is kept[1] is kept[2]  # one connection for the pages' calls
+    assert after is None  # given back once no page is open
+    assert plain[0] is not plain[1]  # a request's calls connect each time
 
 
 def test_one_read_serves_every_socket_of_the_tenant(tenant, harness, settings):

@@ -196,3 +196,15 @@ def test_the_list_costs_the_same_queries_however_many_rows_are_marked(viewer, ha
     marked = Run.objects.filter(retried=True, recovered=True, compensated=True)
     assert marked.count() == 6
     assert queries() == few
+
+
+def test_every_tab_is_counted_in_one_statement_under_the_pages_filters(viewer, runs):
+    with CaptureQueriesContext(connection) as captured:
+        page = viewer.get("/runs/", {"agent": "flow", "mark": "retried"}).content.decode()
+    counting = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
+    tab_counts = [sql for sql in counting if '"agentruns_run"' in sql and "LIMIT" in sql]
+    assert len(tab_counts) == 1  # the total and every state, in one round trip
+    # The filters hold in each count: only the retried run is counted.
+    assert _tab(page, "All") == "1"
+    assert _tab(page, "Completed") == "1"
+    assert _tab(page, "Sleeping") == "0"
