@@ -4,7 +4,7 @@ Run from the project root, against a PostgreSQL server::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/holdfast_throughput_bench \\
         .venv/bin/python benchmarks/throughput.py [--configs 1x2,2x2,1x4] [--repeat 3]
-        [--runs 300] [--steps 10] [--profile]
+        [--runs 300] [--steps 10] [--profile] [--dbos-python /tmp/dbos-venv/bin/python]
 
 The workload: ``--runs`` runs of ``--steps`` no-op read-only tool steps each
 (``benchmarks/throughput_agents.py``), started in one burst through
@@ -31,7 +31,18 @@ time; the figures are medians. Printed per configuration:
 - admission: this process's CPU per ``run_start`` (and its backend's);
 - the ceiling: ``pgbench`` on a database of its own, one single-row UPDATE per
   transaction, with as many clients as the configuration has workers, run in
-  the same repetition; each configuration's steps/s is shown as a ratio of it.
+  the same repetition; each configuration's steps/s is shown as a ratio of it;
+- with ``--dbos-python PATH``, DBOS Transact on the same workload, in the same
+  repetition: ``benchmarks/dbos_queue.py`` run by that Python (a virtualenv of its
+  own, ``python3 -m venv /tmp/dbos-venv && /tmp/dbos-venv/bin/pip install
+  dbos==3.4.0``: DBOS's dependencies may clash with the project's), one workflow of
+  ``--steps`` ``@DBOS.step()`` no-op steps per run, enqueued in one burst on a DBOS
+  queue whose concurrency is the configuration's KxW (polled every ``--dbos-poll``
+  seconds, run by ``--dbos-processes`` executor processes), on a system database of
+  its own that is emptied before each measurement. Its steps/s, executor CPU, database
+  CPU (the same sampler) and commits per step get a row per concurrency, and each
+  configuration's steps/s is shown as a ratio of DBOS's at its concurrency. Without
+  the option DBOS is not measured, and the report says so.
 
 ``--profile`` runs the first configuration once with every cluster process (and
 the sweeper) under cProfile and counting its SQL statements
@@ -56,6 +67,7 @@ import json
 import os
 import pstats
 import re
+import select
 import shutil
 import signal
 import statistics
@@ -89,6 +101,9 @@ AGENT_MODULE = "benchmarks.throughput_agents"
 AGENT_NAME = "throughput_noop"  # benchmarks.throughput_agents.AGENT_NAME
 PROFILE_DIR_ENV = "HOLDFAST_BENCH_PROFILE_DIR"
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
+# Run by --dbos-python, never imported here: it needs the dbos package, kept out of
+# the project's environment.
+DBOS_SCRIPT = str(ROOT / "benchmarks" / "dbos_queue.py")
 PGBENCH_SCRIPT = (
     "\\set aid random(1, 100000)\n"
     "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n"
@@ -100,6 +115,7 @@ TARGET_RATIO = 0.15
 TARGET_WORKER_CPU_MS = 1.2
 TARGET_ADMISSION_MS = 1.5
 TARGET_HALF_LOAD_P95_MS = 200
+TARGET_DBOS_RATIO = 5.0
 
 
 # --- /proc -----------------------------------------------------------------------------
@@ -234,6 +250,8 @@ class Setup:
     env: dict[str, str]
     postmaster: int
     description: str
+    # DBOS's system database (--dbos-python): benchmarks/dbos_queue.py creates it.
+    dbos_database: str = ""
 
 
 def prepare(args: argparse.Namespace) -> Setup:
@@ -305,7 +323,14 @@ def prepare(args: argparse.Namespace) -> Setup:
     )
     progress(f"database ready: {description}")
     return Setup(
-        url, database, pgbench_database, workdir, dict(os.environ), reading[1], description
+        url,
+        database,
+        pgbench_database,
+        workdir,
+        dict(os.environ),
+        reading[1],
+        description,
+        dbos_database=f"{database}_dbos",
     )
 
 
@@ -347,6 +372,71 @@ class Measurement:
     admission_db_cpu_ms: float
     pgbench_tps: float = 0.0
     pgbench_db_cpu_ms: float = 0.0
+    dbos_steps_per_second: float = 0.0
+
+
+@dataclass
+class DbosMeasurement:
+    """DBOS Transact on the same workload at one concurrency (``benchmarks/dbos_queue.py``)."""
+
+    concurrency: int
+    version: str
+    processes: int
+    polling_interval_sec: float
+    steps_per_second: float
+    worker_cpu_ms: float
+    db_cpu_ms: float
+    commits_per_step: float
+    burst_latency: list[float]
+    enqueue_cpu_ms: float
+    enqueue_db_cpu_ms: float
+    pgbench_tps: float = 0.0
+    pgbench_db_cpu_ms: float = 0.0
+
+
+class LineReader:
+    """Lines from a child's pipe, each awaited until a deadline.
+
+    Reads the descriptor itself (select + os.read): a buffered file object may hold a
+    line that select cannot see, and a child that hangs must not hang the benchmark.
+    """
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buffer = b""
+
+    def readline(self, deadline: float, what: str) -> str:
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchmarkError(f"timed out waiting for {what}")
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise BenchmarkError(f"{what}: the process closed its output")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
+def dbos_check(python: str) -> str:
+    """The version of dbos that ``python`` imports; fails early, before any measurement."""
+    probe = "import importlib.metadata, dbos, psycopg; print(importlib.metadata.version('dbos'))"
+    try:
+        done = subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BenchmarkError(f"--dbos-python {python}: {exc}") from exc
+    if done.returncode != 0:
+        raise BenchmarkError(
+            f"--dbos-python {python} cannot import dbos: {done.stderr.strip()[-500:]}\n"
+            "set up its virtualenv: python3 -m venv /tmp/dbos-venv && "
+            "/tmp/dbos-venv/bin/pip install dbos==3.4.0"
+        )
+    return done.stdout.strip()
 
 
 def parse_config(text: str) -> tuple[int, int]:
@@ -375,6 +465,7 @@ class Bench:
         self.sweeper: Group | None = None
         # Set by --profile: admission (run_start in this process) under cProfile, CPU time.
         self.admission_profiler: cProfile.Profile | None = None
+        self.dbos_count = 0
 
     def command(self, profile_dir: Path | None, *argv: str) -> list[str]:
         return [PYTHON, PROFILED, *argv] if profile_dir else [PYTHON, MANAGE, *argv]
@@ -607,6 +698,80 @@ class Bench:
         if done.returncode != 0:
             raise BenchmarkError(f"pgbench -i failed: {done.stderr.strip()}")
 
+    def dbos(self, concurrency: int) -> DbosMeasurement:
+        """DBOS on the same burst at ``concurrency``, its database's backends sampled by the
+        same sampler over exactly the burst (the script waits for a line on stdin before
+        it and after it)."""
+        args = self.args
+        steps = args.runs * args.steps
+        # DBOS ran ~200 steps/s here: a tenth of that is a hang, not a slow machine.
+        timeout = max(120.0, steps / 20)
+        parts = urlsplit(self.setup.url)
+        url = urlunsplit(parts._replace(path=f"/{self.setup.dbos_database}"))
+        argv = [args.dbos_python, DBOS_SCRIPT, "--handshake", "--database-url", url]
+        argv += ["--concurrency", str(concurrency), "--processes", str(args.dbos_processes)]
+        argv += ["--runs", str(args.runs), "--steps", str(args.steps)]
+        argv += ["--poll", str(args.dbos_poll), "--timeout", str(timeout)]
+        # Holdfast's settings mean nothing to it; DBOS reads DBOS__* variables of its own.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "HOLDFAST_"))}
+        self.dbos_count += 1
+        log_path = self.setup.workdir / "logs" / f"dbos-{self.dbos_count}-c{concurrency}.log"
+        sampler = BackendSampler(self.setup.postmaster, {self.setup.dbos_database})
+        deadline = time.monotonic() + timeout + 60
+        with log_path.open("wb") as log:
+            # Its own session: on failure the script and its executor processes go at once.
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+            )
+        assert proc.stdin is not None and proc.stdout is not None
+        out = LineReader(proc.stdout.fileno())
+        try:
+            try:
+                out.readline(deadline, "DBOS's executors to start")
+                sampler.start()
+                proc.stdin.write(b"go\n")
+                proc.stdin.flush()
+                done = json.loads(out.readline(deadline, "DBOS's workflows to end"))
+                sampler.excluded.update(done["excluded_backends"])
+                db_cpu, enqueue_db_cpu = sampler.stop()
+                proc.stdin.write(b"stop\n")
+                proc.stdin.flush()
+                result = json.loads(out.readline(deadline, "DBOS's result"))
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except (BenchmarkError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                sampler.stop()
+                raise BenchmarkError(f"DBOS: {exc}; {_tail(log_path)}") from exc
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if proc.returncode != 0:
+            raise BenchmarkError(f"DBOS exited {proc.returncode}: {_tail(log_path)}")
+        return DbosMeasurement(
+            concurrency=concurrency,
+            version=result["dbos_version"],
+            processes=result["processes"],
+            polling_interval_sec=result["polling_interval_sec"],
+            steps_per_second=result["steps_per_second"],
+            worker_cpu_ms=result["worker_cpu_seconds_per_step"] * 1000,
+            db_cpu_ms=db_cpu.get(self.setup.dbos_database, 0.0) / steps * 1000,
+            commits_per_step=result["commits_per_step"],
+            burst_latency=[x / 1000 for x in result["queue_latencies_ms"]],
+            enqueue_cpu_ms=result["enqueue_cpu_seconds_per_run"] * 1000,
+            enqueue_db_cpu_ms=enqueue_db_cpu / args.runs * 1000,
+        )
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    text = path.read_text(errors="replace").strip().splitlines()
+    return "its log ends:\n" + "\n".join(text[-lines:]) if text else "its log is empty"
+
 
 def group_pids(pgid: int) -> list[int]:
     from benchmarks.recovery import group_members
@@ -621,7 +786,12 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(setup: Setup, args: argparse.Namespace, results: dict[str, list[Measurement]]) -> str:
+def report(
+    setup: Setup,
+    args: argparse.Namespace,
+    results: dict[str, list[Measurement]],
+    dbos: dict[int, list[DbosMeasurement]] | None = None,
+) -> str:
     out = io.StringIO()
     w = out.write
     w(f"Throughput: {args.runs} runs x {args.steps} no-op read-only steps, ")
@@ -633,10 +803,13 @@ def report(setup: Setup, args: argparse.Namespace, results: dict[str, list[Measu
         "| configuration | steps/s | worker CPU/step | DB CPU/step | sweeper CPU/step "
         "| commits/step | queue p50/p95 (burst) | queue p50/p95 (half load) "
         "| queue p50/p95 (low load) "
-        "| admission CPU/run (+DB) | pgbench tx/s (DB CPU/tx) | ÷ pgbench |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| admission CPU/run (+DB) | pgbench tx/s (DB CPU/tx) | ÷ pgbench |"
     )
-    w(header)
+    rule = "| --- " * 12 + "|"
+    if dbos:
+        header += " ÷ DBOS |"
+        rule += " --- |"
+    w(f"{header}\n{rule}\n")
     for config, ms in results.items():
         burst = [x for m in ms for x in m.burst_latency]
         half = [x for m in ms for x in m.half_latency]
@@ -653,7 +826,25 @@ def report(setup: Setup, args: argparse.Namespace, results: dict[str, list[Measu
             f"(+{median([m.admission_db_cpu_ms for m in ms]):.2f} ms) "
             f"| {median([m.pgbench_tps for m in ms]):,.0f} "
             f"({median([m.pgbench_db_cpu_ms for m in ms]):.3f} ms) "
-            f"| {median(ratios):.3f} |\n"
+            f"| {median(ratios):.3f} |"
+        )
+        if dbos:
+            dbos_ratios = [_dbos_ratio(m) for m in ms if m.dbos_steps_per_second]
+            w(f" {median(dbos_ratios):.2f}x |")
+        w("\n")
+    for concurrency, ds in (dbos or {}).items():
+        ratios = [d.steps_per_second / d.pgbench_tps for d in ds if d.pgbench_tps]
+        w(
+            f"| DBOS, concurrency {concurrency} | {median([d.steps_per_second for d in ds]):,.0f} "
+            f"| {median([d.worker_cpu_ms for d in ds]):.2f} ms "
+            f"| {median([d.db_cpu_ms for d in ds]):.2f} ms | n/a "
+            f"| {median([d.commits_per_step for d in ds]):.2f} "
+            f"| {_latency([x for d in ds for x in d.burst_latency])} | n/a | n/a "
+            f"| {median([d.enqueue_cpu_ms for d in ds]):.2f} ms "
+            f"(+{median([d.enqueue_db_cpu_ms for d in ds]):.2f} ms) "
+            f"| {median([d.pgbench_tps for d in ds]):,.0f} "
+            f"({median([d.pgbench_db_cpu_ms for d in ds]):.3f} ms) "
+            f"| {median(ratios):.3f} | — |\n"
         )
     w("\nPer repetition (steps/s ÷ pgbench tx/s at the same concurrency):\n")
     for config, ms in results.items():
@@ -667,15 +858,56 @@ def report(setup: Setup, args: argparse.Namespace, results: dict[str, list[Measu
             )
         )
         w("\n")
+    if dbos:
+        w("\nPer repetition (Holdfast steps/s ÷ DBOS steps/s at the same concurrency):\n")
+        for config, ms in results.items():
+            w(f"  {config}: ")
+            w(
+                ", ".join(
+                    f"{m.steps_per_second:,.0f}/{m.dbos_steps_per_second:,.0f} = "
+                    f"{_dbos_ratio(m):.2f}"
+                    for m in ms
+                    if m.dbos_steps_per_second
+                )
+            )
+            w("\n")
     w(
         f"\nTargets: ≥ {TARGET_RATIO} of pgbench, worker CPU ≤ {TARGET_WORKER_CPU_MS} "
         f"ms per step, admission ≤ {TARGET_ADMISSION_MS} ms per run, queue p95 at half load "
-        f"< {TARGET_HALF_LOAD_P95_MS} ms.\n"
-        "Worker CPU: every process of the clusters (workers, monitor, pusher, sentinel). DB CPU: "
+        f"< {TARGET_HALF_LOAD_P95_MS} ms"
+        + (f", ≥ {TARGET_DBOS_RATIO:g}x DBOS's steps/s.\n" if dbos else ".\n")
+        + "Worker CPU: every process of the clusters (workers, monitor, pusher, sentinel). DB CPU: "
         "the backends of the benchmark database, this process's excluded (admission's +DB).\n"
         "Commits: xact_commit of the database, admission's own commit per run included.\n"
     )
+    if dbos:
+        first = next(iter(dbos.values()))[0]
+        w(
+            f"DBOS: DBOS Transact {first.version} (benchmarks/dbos_queue.py, "
+            f"{args.dbos_python}), its system database {setup.dbos_database}, emptied "
+            "before each measurement: one workflow per run, of "
+            f"{args.steps} @DBOS.step() no-op steps, all enqueued at once by a DBOSClient on "
+            "a queue registered with worker_concurrency = the concurrency ÷ "
+            f"{first.processes} executor process(es), polling_interval_sec="
+            f"{first.polling_interval_sec:g}; steps/s from the first workflow's created_at to "
+            "the last one's completed_at. Worker CPU: the executor process(es). DB CPU: the "
+            "backends of its database, the client's and the end poller's apart (its +DB). "
+            "Commits: xact_commit, the enqueues' included, the end poller's not. Queue "
+            "latency: created_at to started_at_epoch_ms. Admission CPU/run: the DBOSClient's "
+            "enqueue. ÷ DBOS: median of the per-repetition ratios.\n"
+        )
+    else:
+        w(
+            "DBOS was not measured: pass --dbos-python PATH, the Python of a virtualenv "
+            "with dbos==3.4.0 (python3 -m venv /tmp/dbos-venv && /tmp/dbos-venv/bin/pip "
+            "install dbos==3.4.0; see benchmarks/dbos_queue.py), to measure it in the same "
+            "run.\n"
+        )
     return out.getvalue()
+
+
+def _dbos_ratio(m: Measurement) -> float:
+    return m.steps_per_second / m.dbos_steps_per_second
 
 
 def _latency(values: list[float]) -> str:
@@ -737,10 +969,37 @@ def main(argv: list[str] | None = None) -> int:
         help="profile the first configuration once instead of measuring them all",
     )
     parser.add_argument("--top", type=int, default=30, help="profile lines to print")
+    parser.add_argument(
+        "--dbos-python",
+        metavar="PATH",
+        help="the Python of a virtualenv with dbos==3.4.0: also measure DBOS Transact on the "
+        "same workload at each configuration's concurrency (benchmarks/dbos_queue.py)",
+    )
+    parser.add_argument(
+        "--dbos-poll",
+        type=float,
+        default=0.1,
+        help="the DBOS queue's polling_interval_sec (default 0.1)",
+    )
+    parser.add_argument(
+        "--dbos-processes",
+        type=int,
+        default=1,
+        help="DBOS executor processes sharing each concurrency (default 1)",
+    )
     args = parser.parse_args(argv)
+    if args.dbos_python:
+        for clusters, workers in args.configs:
+            if (clusters * workers) % args.dbos_processes:
+                parser.error(
+                    f"--dbos-processes {args.dbos_processes} does not divide the concurrency "
+                    f"{clusters * workers} of {clusters}x{workers}"
+                )
     if not Path(PGBENCH).exists():
         progress(f"{PGBENCH} is missing: no ceiling is measured")
     try:
+        if args.dbos_python and not args.profile:
+            progress(f"DBOS {dbos_check(args.dbos_python)} in {args.dbos_python}")
         setup = prepare(args)
         bench = Bench(setup, args)
         if Path(PGBENCH).exists():
@@ -750,6 +1009,9 @@ def main(argv: list[str] | None = None) -> int:
         bench.sweeper = bench.start_sweeper()
         results: dict[str, list[Measurement]] = {f"{k}x{w}": [] for k, w in args.configs}
         ceilings: dict[tuple[int, int], tuple[float, float]] = {}
+        # DBOS at each concurrency, once per repetition, as the ceilings are.
+        dbos: dict[int, list[DbosMeasurement]] = {}
+        dbos_runs: dict[tuple[int, int], DbosMeasurement] = {}
         for rep in range(args.repeat):
             for clusters, workers in args.configs:
                 progress(f"repetition {rep + 1}: {clusters} cluster(s) x {workers} worker(s)")
@@ -760,12 +1022,25 @@ def main(argv: list[str] | None = None) -> int:
                     ceilings[(rep, concurrency)] = bench.pgbench(concurrency)
                 m.pgbench_tps, per_tx = ceilings.get((rep, concurrency), (0.0, 0.0))
                 m.pgbench_db_cpu_ms = per_tx * 1000
+                if args.dbos_python and (rep, concurrency) not in dbos_runs:
+                    progress(f"repetition {rep + 1}: DBOS, concurrency {concurrency}")
+                    d = bench.dbos(concurrency)
+                    d.pgbench_tps, d.pgbench_db_cpu_ms = m.pgbench_tps, m.pgbench_db_cpu_ms
+                    dbos_runs[(rep, concurrency)] = d
+                    dbos.setdefault(concurrency, []).append(d)
+                    progress(
+                        f"  DBOS {d.steps_per_second:,.0f} steps/s, worker CPU "
+                        f"{d.worker_cpu_ms:.2f} ms/step, DB CPU {d.db_cpu_ms:.2f} ms/step"
+                    )
+                if (rep, concurrency) in dbos_runs:
+                    m.dbos_steps_per_second = dbos_runs[(rep, concurrency)].steps_per_second
                 progress(
                     f"  {m.steps_per_second:,.0f} steps/s, worker CPU {m.worker_cpu_ms:.2f} ms/step"
                     f", DB CPU {m.db_cpu_ms:.2f} ms/step, pgbench {m.pgbench_tps:,.0f} tx/s"
+                    + (f", ÷ DBOS {_dbos_ratio(m):.2f}" if m.dbos_steps_per_second else "")
                 )
                 results[m.config].append(m)
-        print(report(setup, args, results))
+        print(report(setup, args, results, dbos))
     except BenchmarkError as exc:
         progress(f"error: {exc}")
         return 1
