@@ -997,6 +997,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
     if not Path(PGBENCH).exists():
         progress(f"{PGBENCH} is missing: no ceiling is measured")
+    setup: Setup | None = None
     try:
         if args.dbos_python and not args.profile:
             progress(f"DBOS {dbos_check(args.dbos_python)} in {args.dbos_python}")
@@ -1045,8 +1046,10 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"error: {exc}")
         return 1
     finally:
-        with contextlib.suppress(Exception):
-            shutil.rmtree(Path(os.environ.get("HOLDFAST_VAR_DIR", "/nonexistent")).parent)
+        # Only the directory this run made: never a path taken from the environment,
+        # which may be unset (its parent was then "/") or name the caller's own.
+        if setup is not None:
+            shutil.rmtree(setup.workdir, ignore_errors=True)
     return 0
 
 
