@@ -35,10 +35,12 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
 from django.utils import timezone
+from django_q import humanhash
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
-from django_q.tasks import async_task
+from django_q.signals import pre_enqueue
+from django_q.signing import SignedPackage
 
 from agentruns.runtime.outages import Outage, is_connection_loss, through_outages
 
@@ -226,31 +228,31 @@ def announce(list_key: str | None = None) -> None:
         log.debug("could not announce a queued task; pushers find it at their re-read")
 
 
-class _Kept:
-    """A broker that keeps the package ``async_task`` made instead of sending it."""
-
-    def __init__(self) -> None:
-        self.list_key = Conf.CLUSTER_NAME
-        self.package: str | None = None
-
-    def enqueue(self, package: str) -> None:
-        self.package = package
-
-
 def queue_row(func: str, *args, group: str) -> OrmQ | None:
     """The task ``async_task(func, *args, group=group)`` would enqueue, as an unsaved row
     of the queue's table, for a caller to insert with its own write in one statement;
     ``None`` unless the queue is on PostgreSQL in the default database, the runs' own
     (on SQLite it has a file of its own, and the caller enqueues once it has committed).
 
-    The package is django-q2's own (its task id, signing and serializer), so a pusher
-    cannot tell the row from one the broker wrote. After the row commits, ``announce()``.
+    The package is django-q2's own: the task as ``async_task`` builds it (a humanhash
+    id and name, the cluster's options, the start time, the ``pre_enqueue`` signal),
+    signed and serialized by its ``SignedPackage``, so a pusher cannot tell the row from
+    one the broker wrote (tests/agentruns/test_broker.py compares the two). Built here
+    rather than by ``async_task`` with a broker that keeps it, which logged an
+    "Enqueued … None" line per admission. After the row commits, ``announce()``.
     """
     if Conf.ORM != DEFAULT_DB_ALIAS or connections[Conf.ORM].vendor != "postgresql":
         return None
     if Conf.SYNC:
         # django-q2 would run the task at once, before the run it wakes is written.
         return None
-    kept = _Kept()
-    async_task(func, *args, group=group, broker=kept)
-    return OrmQ(key=kept.list_key, payload=kept.package, lock=timezone.now())
+    name, task_id = humanhash.uuid()
+    task: dict = {"id": task_id, "name": name, "func": func, "args": args, "group": group}
+    if Conf.CACHED:
+        task["cached"] = Conf.CACHED
+    if Conf.ACK_FAILURES:
+        task["ack_failure"] = Conf.ACK_FAILURES
+    task["kwargs"] = {}
+    task["started"] = timezone.now()
+    pre_enqueue.send(sender="django_q", task=task)
+    return OrmQ(key=Conf.CLUSTER_NAME, payload=SignedPackage.dumps(task), lock=timezone.now())

@@ -236,3 +236,34 @@ def test_tasks_are_taken_oldest_first(broker):
     second = broker.enqueue("second")
     assert broker._take() == [(first, "first")]
     assert broker._take() == [(second, "second")]
+
+
+class _KeepingBroker:
+    """What django-q2's ``async_task`` hands its broker, kept instead of sent."""
+
+    list_key = Conf.CLUSTER_NAME
+
+    def __init__(self) -> None:
+        self.packages: list[str] = []
+
+    def enqueue(self, package: str) -> int:
+        self.packages.append(package)
+        return len(self.packages)
+
+
+@on_postgresql
+def test_an_admissions_queue_row_carries_the_package_async_task_would_have_sent():
+    from django_q.signing import SignedPackage
+    from django_q.tasks import async_task
+
+    keeper = _KeepingBroker()
+    async_task("agentruns.tasks.advance_run", "run-1", group="advance_run", broker=keeper)
+    sent = SignedPackage.loads(keeper.packages[0])
+    row = broker_module.queue_row("agentruns.tasks.advance_run", "run-1", group="advance_run")
+    built = SignedPackage.loads(row.payload)
+    assert row.key == Conf.CLUSTER_NAME and row.pk is None  # unsaved, for the caller's INSERT
+    # Only what is new for every task differs: its id, its name and when it started.
+    for own in ("id", "name", "started"):
+        assert built.pop(own) and sent.pop(own)
+    assert built == sent
+    assert list(built) == list(sent)  # the same keys in the same order

@@ -106,3 +106,30 @@ def test_an_insert_leaves_out_only_a_database_made_id(tenant):
     assert '"id"' in run_sql  # a run's id is its own UUID
     assert '"id"' not in event_sql.split("VALUES")[0]  # an event's is the database's
     assert len(event_params) == len(RunEvent._meta.concrete_fields) - 1
+
+
+def test_each_value_is_written_as_djangos_own_preparation_makes_it(tenant):
+    from agentruns.models import RunStatus
+
+    run = Run(
+        tenant=tenant,
+        agent_name="order_status",
+        agent_version=3,
+        status=RunStatus.RUNNING,  # a str subclass: prepared by Django, not as given
+        input={"order_id": "ord_1001"},
+        request_id="as-given",
+        dedupe_key=None,
+        retried=True,
+        cost_micros=1_250_000,
+    )
+    _, params = insert_sql(run, connection)
+    fields = [f for f in Run._meta.local_concrete_fields if not getattr(f, "generated", False)]
+    expected = [
+        field.get_db_prep_save(field.pre_save(run, add=True), connection=connection)
+        for field in fields
+    ]
+    assert len(params) == len(expected)
+    for field, written, prepared in zip(fields, params, expected, strict=True):
+        assert type(written) is type(prepared), field.name  # Int4, Jsonb: as Django wraps
+        # A JSON wrapper compares by what it holds.
+        assert getattr(written, "obj", written) == getattr(prepared, "obj", prepared), field.name
