@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -44,10 +45,9 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from asgiref.sync import SyncToAsync
 from channels.db import DatabaseSyncToAsync
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 from django.db.models import Max
 from django.db.utils import InterfaceError, OperationalError
 
@@ -82,19 +82,22 @@ class live_sync_to_async(DatabaseSyncToAsync):
     come several a second (a read, a render, an access check per change). Requests
     connect each time (``CONN_MAX_AGE=0``: each runs on a thread of its own that a
     kept connection would outlive), which here would be a new PostgreSQL backend per
-    call: the connection of this thread is kept for ``KEPT_CONNECTION_SECONDS``
-    instead. Django's checks still apply around every call: a connection that failed
-    is closed, one past its age replaced, and ``CONN_HEALTH_CHECKS`` tests it first.
-    The follower closes it when the process's last page closes.
+    call: the connection a call opens on this thread is kept for
+    ``KEPT_CONNECTION_SECONDS`` instead. Everything else is channels' own: its
+    ``close_old_connections`` around every call closes a connection that failed and
+    replaces one past its age, and ``CONN_HEALTH_CHECKS`` tests a kept one first. The
+    follower closes it when the process's last page closes.
     """
 
-    def thread_handler(self, loop, *args, **kwargs):
-        close_old_connections()
-        try:
-            return SyncToAsync.thread_handler(self, loop, *args, **kwargs)
-        finally:
-            _keep_connection()
-            close_old_connections()
+    def __init__(self, func, **kwargs):
+        @functools.wraps(func)
+        def keeping(*args, **call_kwargs):
+            try:
+                return func(*args, **call_kwargs)
+            finally:
+                _keep_connection()  # before channels' close after the call
+
+        super().__init__(keeping, **kwargs)
 
 
 def _keep_connection() -> None:
