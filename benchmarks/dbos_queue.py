@@ -51,7 +51,6 @@ import argparse
 import contextlib
 import json
 import os
-import select
 import signal
 import statistics
 import subprocess
@@ -64,6 +63,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from dbos import DBOS, DBOSClient
+from pipe_lines import LineReader  # benchmarks/, this script's own directory
 from psycopg import sql
 
 APP_NAME = "holdfast-bench-dbos"
@@ -110,33 +110,6 @@ def log(message: str) -> None:
 def emit(payload: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(payload) + "\n")
     sys.stdout.flush()
-
-
-class LineReader:
-    """Lines from a file descriptor, each awaited until a deadline.
-
-    Reads the descriptor itself (select + os.read): a buffered file object may hold a
-    line select cannot see, and a line that never comes must not block past the deadline.
-    """
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.buffer = b""
-
-    def readline(self, deadline: float, what: str) -> str:
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchError(f"timed out waiting for {what}")
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                raise BenchError(f"end of input while waiting for {what}")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return line.decode()
 
 
 def process_cpu(pid: int) -> float:
@@ -269,7 +242,9 @@ def start_executors(
         )
     for index, proc in enumerate(executors):
         assert proc.stdout is not None
-        line = LineReader(proc.stdout.fileno()).readline(deadline, f"executor {index} to start")
+        line = LineReader(proc.stdout.fileno(), BenchError).readline(
+            deadline, f"executor {index} to start"
+        )
         if json.loads(line).get("event") != "ready":
             raise BenchError(f"executor {index} said {line!r}")
 
@@ -311,7 +286,7 @@ def coordinate(args: argparse.Namespace) -> dict[str, Any]:
         )
     worker_concurrency = args.concurrency // args.processes
     database = prepare_database(args.database_url)
-    stdin = LineReader(sys.stdin.fileno()) if args.handshake else None
+    stdin = LineReader(sys.stdin.fileno(), BenchError) if args.handshake else None
     client = DBOSClient(
         system_database_url=sqlalchemy_url(args.database_url),
         application_name=APP_NAME,

@@ -67,7 +67,6 @@ import json
 import os
 import pstats
 import re
-import select
 import shutil
 import signal
 import statistics
@@ -85,7 +84,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.recovery import (  # noqa: E402 - the project root is on sys.path first
+from benchmarks.pipe_lines import LineReader  # noqa: E402 - the project root is on sys.path first
+from benchmarks.recovery import (  # noqa: E402
     BenchmarkError,
     Group,
     Supervisor,
@@ -392,33 +392,6 @@ class DbosMeasurement:
     enqueue_db_cpu_ms: float
     pgbench_tps: float = 0.0
     pgbench_db_cpu_ms: float = 0.0
-
-
-class LineReader:
-    """Lines from a child's pipe, each awaited until a deadline.
-
-    Reads the descriptor itself (select + os.read): a buffered file object may hold a
-    line that select cannot see, and a child that hangs must not hang the benchmark.
-    """
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.buffer = b""
-
-    def readline(self, deadline: float, what: str) -> str:
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchmarkError(f"timed out waiting for {what}")
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                raise BenchmarkError(f"{what}: the process closed its output")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return line.decode()
 
 
 def dbos_check(python: str) -> str:
@@ -729,7 +702,7 @@ class Bench:
                 start_new_session=True,
             )
         assert proc.stdin is not None and proc.stdout is not None
-        out = LineReader(proc.stdout.fileno())
+        out = LineReader(proc.stdout.fileno(), BenchmarkError)
         try:
             try:
                 out.readline(deadline, "DBOS's executors to start")
