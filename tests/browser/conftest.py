@@ -128,8 +128,10 @@ def workers(tmp_path):
     else:
         env["HOLDFAST_SQLITE_PATH"] = str(db["NAME"])
     processes = []
+    logs = []
     for command in (["worker"], ["sweep", "--loop"]):
-        log = (tmp_path / f"{command[0]}.log").open("w")
+        logs.append(tmp_path / f"{command[0]}.log")
+        log = logs[-1].open("w")
         processes.append(
             subprocess.Popen(
                 [sys.executable, "manage.py", *command],
@@ -144,6 +146,10 @@ def workers(tmp_path):
     for process in processes:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+    # Shown by pytest only when the test failed: what the worker and the sweeper did.
+    for path in logs:
+        lines = path.read_text(errors="replace").splitlines()
+        print(f"--- {path.name}, last 60 of {len(lines)} lines:", *lines[-60:], sep="\n")
 
 
 def _free_port() -> int:
