@@ -94,6 +94,16 @@ class RunsConsumer(AsyncWebsocketConsumer):
         self.tenant_id = self.operator.tenant_id
         self.moved: list[Moved] = []
         self.has_moved = asyncio.Event()
+        # When the periodic access check fell due (None: not due); see _recheck_due.
+        self.recheck_at: float | None = None
+        self.recheck = None
+        # What a render of this socket's batches is shared by (with _render's batches).
+        self.render_key = (
+            self.operator.user_id,
+            self.run_id,
+            self.navigation_only,
+            tuple(sorted((name, tuple(values)) for name, values in self.params.items())),
+        )
         self.follower = follower()
         await self.accept()
         if self.channel_layer is not None:
@@ -102,6 +112,7 @@ class RunsConsumer(AsyncWebsocketConsumer):
         # pushed after it (at worst once more), never lost between the two.
         await self.follower.subscribe(self)
         await self.send(text_data=await live_sync_to_async(self._snapshot)())
+        self._recheck_due(first=True)
         self.pusher = asyncio.create_task(self._push())
 
     async def disconnect(self, code: int) -> None:
@@ -111,6 +122,9 @@ class RunsConsumer(AsyncWebsocketConsumer):
             _open_sockets[counted] -= 1
             if _open_sockets[counted] <= 0:
                 del _open_sockets[counted]
+        recheck = getattr(self, "recheck", None)
+        if recheck is not None:
+            recheck.cancel()
         pusher = getattr(self, "pusher", None)
         if pusher is not None:
             pusher.cancel()
@@ -137,24 +151,34 @@ class RunsConsumer(AsyncWebsocketConsumer):
         self.moved.append(moved)
         self.has_moved.set()
 
+    def _recheck_due(self, *, first: bool = False) -> None:
+        """The periodic access check is due: at the next multiple of RECHECK_SECONDS,
+        on the process's clock shared by every socket (so those of one session fall
+        due together and share one check). A timer per socket, not a timeout on each
+        wait: a push to hundreds of pages would otherwise start a task and a timer
+        for every one of them."""
+        now = time.monotonic()
+        if not first:
+            self.recheck_at = now
+            self.has_moved.set()
+        due = (now // RECHECK_SECONDS + 1) * RECHECK_SECONDS
+        self.recheck = asyncio.get_running_loop().call_later(due - now, self._recheck_due)
+
     async def _push(self) -> None:
         while True:
-            now = time.monotonic()
-            # The next recheck, on the process's clock shared by every socket.
-            due = (now // RECHECK_SECONDS + 1) * RECHECK_SECONDS
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.has_moved.wait(), timeout=due - now)
+            await self.has_moved.wait()
             self.has_moved.clear()
             taken = time.monotonic()
             moved, self.moved = self.moved, []
+            due, self.recheck_at = self.recheck_at, None
             try:
                 fragments = await self._render(moved) if moved else ""
-                if fragments or taken >= due:
+                if fragments or due is not None:
                     since = taken if fragments else due - RECHECK_SECONDS / 2
                     ended = await self.follower.checks.call(
                         (self.session_key, self.operator.user_id, self.tenant_id),
                         since,
-                        live_sync_to_async(self._access_ended),
+                        lambda: live_sync_to_async(self._access_ended)(),
                     )
                     if ended:
                         await self._end(ended)
@@ -164,6 +188,8 @@ class RunsConsumer(AsyncWebsocketConsumer):
                 # wait, render again. live_sync_to_async closes the thread's
                 # broken connection.
                 self.moved[:0] = moved
+                if due is not None and self.recheck_at is None:
+                    self.recheck_at = due  # still owed once the database answers
                 await asyncio.sleep(PAGES_OUTAGE.failed(exc) + 0.5)
                 self.has_moved.set()
                 continue
@@ -172,18 +198,14 @@ class RunsConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=fragments)
 
     async def _render(self, moved: list[Moved]) -> str:
-        render = live_sync_to_async(self._changes)
         if self.page is not None:
-            return await render(moved)  # a page keeps what it pushed: its own render
+            # A page keeps what it pushed: its own render.
+            return await live_sync_to_async(self._changes)(moved)
         # Whatever else a socket pushes follows from who watches what, and the batches.
-        key = (
-            self.operator.user_id,
-            self.run_id,
-            self.navigation_only,
-            tuple(sorted((name, tuple(values)) for name, values in self.params.items())),
-            tuple(batch.seq for batch in moved),
+        key = (*self.render_key, tuple(batch.seq for batch in moved))
+        return await self.follower.renders.call(
+            key, 0.0, lambda: live_sync_to_async(self._changes)(moved)
         )
-        return await self.follower.renders.call(key, 0.0, lambda: render(moved))
 
     async def _end(self, reason: str) -> None:
         """Tell the page why its updates stop, then close: nothing more is pushed."""

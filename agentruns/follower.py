@@ -196,23 +196,58 @@ class TenantLog:
         )
 
 
+class _Call:
+    """One shared call: its task and the futures of whoever awaits it."""
+
+    __slots__ = ("started", "task", "waiters")
+
+    def __init__(self, task: asyncio.Task) -> None:
+        self.started = time.monotonic()
+        self.task = task
+        self.waiters: list[asyncio.Future] = []
+        task.add_done_callback(self._settle)
+
+    def _settle(self, task: asyncio.Task) -> None:
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if waiter.done():
+                continue  # its socket closed meanwhile
+            if task.cancelled():
+                waiter.cancel()
+            elif task.exception() is not None:
+                waiter.set_exception(task.exception())
+            else:
+                waiter.set_result(task.result())
+
+
 class Shared:
     """Calls that sockets with the same key may share: the first starts it, the others
     await the same result. An access check is shared only with sockets asking for one
     started no earlier than they ask for (``since``), so a verdict is never older than
-    the change it lets through; a render is keyed by the batches it renders."""
+    the change it lets through; a render is keyed by the batches it renders.
+
+    Each caller waits on a future of its own, settled by the one callback of the
+    call's task: a socket closed while it waits cancels its own future, not the call
+    the others wait on (what ``asyncio.shield`` does, at two callbacks a caller, which
+    a push to hundreds of pages felt)."""
 
     def __init__(self) -> None:
-        self._calls: dict[Hashable, tuple[float, asyncio.Future]] = {}
+        self._calls: dict[Hashable, _Call] = {}
 
     async def call(self, key: Hashable, since: float, make: Callable[[], Awaitable[Any]]) -> Any:
         entry = self._calls.get(key)
-        if entry is None or entry[0] < since:
+        if entry is None or entry.started < since:
             self._forget_old()
-            entry = (time.monotonic(), asyncio.ensure_future(make()))
-            self._calls[key] = entry
+            entry = self._calls[key] = _Call(asyncio.ensure_future(make()))
+        task = entry.task
+        if task.done() and not task.cancelled() and task.exception() is None:
+            return task.result()  # answered already: nothing to wait on
+        waiter = asyncio.get_running_loop().create_future()
+        entry.waiters.append(waiter)
+        if task.done():
+            entry._settle(task)  # failed or cancelled already: this caller hears it too
         try:
-            return await asyncio.shield(entry[1])
+            return await waiter
         except Exception:
             # A failure (the database away) is nobody's answer: the next asks again.
             if self._calls.get(key) is entry:
@@ -223,8 +258,8 @@ class Shared:
         if len(self._calls) < 256:
             return
         horizon = time.monotonic() - 60
-        for key, (started, future) in list(self._calls.items()):
-            if future.done() and started < horizon:
+        for key, entry in list(self._calls.items()):
+            if entry.task.done() and entry.started < horizon:
                 del self._calls[key]
 
 

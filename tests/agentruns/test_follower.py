@@ -324,3 +324,53 @@ def test_after_the_listener_reconnects_every_tenant_is_read_again(tenant, settin
 
     moved = async_to_sync(scenario)()
     assert [entry[1:] for entry in moved.audit] == [("approval", "3", "approval.approve")]
+
+
+def test_callers_of_one_key_share_one_call_and_a_closed_one_cancels_only_its_own_wait():
+    async def scenario():
+        shared = follower_module.Shared()
+        started = []
+        release = asyncio.Event()
+
+        async def render():
+            started.append(time.monotonic())
+            await release.wait()
+            return "fragments"
+
+        callers = [asyncio.create_task(shared.call("key", 0.0, render)) for _ in range(3)]
+        await asyncio.sleep(0)
+        callers[0].cancel()  # its socket closed while it waited
+        release.set()
+        results = await asyncio.gather(*callers, return_exceptions=True)
+        assert isinstance(results[0], asyncio.CancelledError)
+        assert results[1:] == ["fragments", "fragments"]
+        # Answered: a later caller of the same key takes the answer, nothing runs again.
+        assert await shared.call("key", 0.0, render) == "fragments"
+        assert len(started) == 1
+        # Asking for one started no earlier than now: a fresh call.
+        assert await shared.call("key", time.monotonic(), render) == "fragments"
+        assert len(started) == 2
+
+    async_to_sync(scenario)()
+
+
+def test_a_failed_shared_call_fails_every_waiter_and_the_next_caller_asks_again():
+    async def scenario():
+        shared = follower_module.Shared()
+        calls = []
+
+        async def check():
+            calls.append(1)
+            await asyncio.sleep(0)
+            if len(calls) == 1:
+                raise OSError("the database is away")
+            return ""
+
+        waiting = [asyncio.create_task(shared.call("session", 0.0, check)) for _ in range(2)]
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        assert [type(result) for result in results] == [OSError, OSError]
+        # A failure is nobody's answer: the next caller's call runs again.
+        assert await shared.call("session", 0.0, check) == ""
+        assert len(calls) == 2
+
+    async_to_sync(scenario)()
