@@ -8,6 +8,7 @@ per second, the ratio to that floor, and how many commits (and, on PostgreSQL,
 WAL syncs) each step costs, with the targets of shared/reference/step-write-cost.md.
 
     .venv/bin/python benchmarks/step_overhead.py [--steps N] [--repeat R] [--profile] [--unprepared]
+        [--no-flush]
 
 SQLite by default, in a temporary file (the developer's var/ is never touched);
 PostgreSQL when DATABASE_URL is set, e.g.
@@ -501,6 +502,13 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL: the engine's statements unprepared, as with "
         "HOLDFAST_PREPARED_STATEMENTS=false behind a pooler (docs/scaling.md)",
     )
+    parser.add_argument(
+        "--no-flush",
+        action="store_true",
+        help="PostgreSQL: synchronous_commit off for the benchmark's connection, so no "
+        "commit (the floor's or a step's) waits for its WAL flush: what is left is CPU "
+        "and round trips, and the difference to a run without it is the flushes' wait",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeat < 1:
         parser.error("--steps and --repeat must be at least 1")
@@ -508,12 +516,18 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     scratch = configure_environment()
     try:
-        from django.db import connections
+        from django.db import connection, connections
 
         label = prepare_database()
         bench = Bench(args.steps, prepared=not args.unprepared)
         if args.unprepared:
             label += "; the engine's statements unprepared (--unprepared)"
+        if args.no_flush:
+            if connection.vendor != "postgresql":
+                parser.error("--no-flush is for PostgreSQL")
+            with connection.cursor() as cursor:
+                cursor.execute("SET synchronous_commit = off")
+            label += "; synchronous_commit off for this connection (--no-flush)"
         try:
             # Warm up: imports, prepared statements, the tables' pages.
             warm = min(args.steps, 100)
