@@ -13,7 +13,6 @@ clock (DESIGN §12.10): ``statement_timestamp()`` on PostgreSQL, ``'now'`` on SQ
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,11 +25,10 @@ import psycopg
 from django.db import connections
 from django.db.backends.utils import typecast_timestamp
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
-from agentruns.dbclock import now_plus_sql, now_sql
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime.approval import Guard
+from agentruns.runtime.fragments import Fragments, qmark, sqlite_columns
 from agentruns.runtime.outages import Outage, through_outages
 from agentruns.runtime.reads import compiled_read
 from agentruns.runtime.writes import (
@@ -38,8 +36,6 @@ from agentruns.runtime.writes import (
     Committed,
     Event,
     Fence,
-    Increment,
-    Json,
     NowPlus,
     Sql,
     StepInsert,
@@ -53,13 +49,6 @@ class _GuardedRollback(Exception):
     def __init__(self, *, guard_failed: bool = False):
         super().__init__()
         self.guard_failed = guard_failed
-
-
-# Every other step column has a database default (see Step), so an insert names
-# only the columns it sets: fewer parameters to render and to send.
-STEP_JSON_COLUMNS = frozenset(
-    {"recovery", "input", "request", "result", "validation", "recovery_log"}
-)
 
 
 # One per process: a database outage is one warning when it starts and one when it
@@ -81,10 +70,6 @@ CLAIMED_COLUMNS = (
     "updated_at",
     "cancel_requested_by",
 )
-# Values bound as they are, on either database.
-_PLAIN = frozenset({str, int, float, bool, type(None)})
-CLAIMED_BOOLEANS = frozenset({"recovered"})
-CLAIMED_TIMESTAMPS = frozenset({"lease_expires_at", "next_attempt_at", "updated_at"})
 
 
 class Store:
@@ -113,88 +98,13 @@ class Store:
         self.reconnect_seconds = reconnect_seconds
         # The backend never changes for an alias; looking it up per value is costly.
         self.vendor: str = connections[alias].vendor
-        self.now_sql = now_sql(self.vendor)
+        # The statements' pieces, in this database's dialect (agentruns/runtime/fragments.py).
+        self.sql = Fragments(self.vendor)
+        self.now_sql = self.sql.now_sql
 
     @property
     def connection(self):
         return connections[self.alias]
-
-    # --- SQL fragments ---------------------------------------------------------
-
-    def _value(self, value: Any, params: list[Any], *, json_column: bool = False) -> str:
-        if type(value) in _PLAIN and (not json_column or value is None):
-            # Most of a step's values: bound as they are (25 a step, checked first).
-            params.append(value)
-            return "%s"
-        pg = self.vendor == "postgresql"
-        if value is NOW:
-            return self.now_sql
-        if isinstance(value, NowPlus):
-            return now_plus_sql(self.vendor, value.seconds, params)
-        if isinstance(value, Sql):
-            return value.expression
-        if isinstance(value, Json) or (json_column and value is not None):
-            payload = value.value if isinstance(value, Json) else value
-            if payload is None:
-                return "NULL"
-            if pg:
-                params.append(Jsonb(payload))
-                return "%s"
-            params.append(json.dumps(payload))
-            return "%s"
-        if isinstance(value, uuid.UUID):
-            params.append(value if pg else value.hex)
-            return "%s"
-        if isinstance(value, datetime):
-            params.append(value if pg else timezone.make_naive(value, UTC).isoformat(" "))
-            return "%s"
-        params.append(value)
-        return "%s"
-
-    def _assignments(self, values: dict[str, Any], params: list[Any], json_columns=()) -> str:
-        assignments = []
-        for column, value in values.items():
-            if isinstance(value, Increment):
-                params.append(int(value.by))
-                assignments.append(f"{column} = {column} + %s")
-            else:
-                rendered = self._value(value, params, json_column=column in json_columns)
-                assignments.append(f"{column} = {rendered}")
-        return ", ".join(assignments)
-
-    def _fence_where(self, fence: Fence, params: list[Any]) -> str:
-        run_id = self._value(fence.run_id, params)
-        params.extend([fence.version, fence.owner])
-        return (
-            f"id = {run_id} AND state_version = %s AND lease_owner = %s "
-            f"AND lease_expires_at > {self.now_sql}"
-        )
-
-    def _event_sql(
-        self,
-        event: Event,
-        params: list[Any],
-        *,
-        run: Any,
-        version_sql: str,
-        version_params: tuple[Any, ...] = (),
-        tail: str = "",
-    ) -> str:
-        """The one statement that writes a RunEvent; ``tail`` adds a FROM or a WHERE."""
-        run_sql = self._value(run, params)
-        params.append(event.type)
-        params.extend(version_params)
-        params.append(event.step_id)
-        payload_sql = self._value(Json(event.payload), params)
-        return (
-            "INSERT INTO agentruns_runevent "
-            "(run_id, type, state_version, step_id, payload, created_at) "
-            f"SELECT {run_sql}, %s, {version_sql}, %s, {payload_sql}, {self.now_sql}{tail}"
-        )
-
-    def _bind(self, value: uuid.UUID) -> Any:
-        """A run id as the raw connection takes it."""
-        return value if self.vendor == "postgresql" else value.hex
 
     # --- the engine's writes for a claimed run -------------------------------------
     #
@@ -289,7 +199,7 @@ class Store:
         """
         params: list[Any] = []
         where = (
-            f"id = {self._value(run_id, params)} AND state_version = %s "
+            f"id = {self.sql.value(run_id, params)} AND state_version = %s "
             f"AND status IN ({', '.join('%s' for _ in statuses)}) "
             f"AND (lease_expires_at IS NULL OR lease_expires_at < {self.now_sql})"
         )
@@ -319,7 +229,7 @@ class Store:
     def mark_cancel_requested(self, run_id: uuid.UUID, *, by: str) -> bool:
         """Record a cancel request once; the run's holder honours it at its next boundary."""
         params: list[Any] = []
-        where = f"id = {self._value(run_id, params)} AND cancel_requested_at IS NULL"
+        where = f"id = {self.sql.value(run_id, params)} AND cancel_requested_at IS NULL"
         run_sql, run_params = self._run_update(
             {"cancel_requested_at": NOW, "cancel_requested_by": by},
             where,
@@ -333,7 +243,7 @@ class Store:
         """Make a waiting run due now (an operator's "retry now"); True if it was waiting."""
         params: list[Any] = []
         where = (
-            f"id = {self._value(run_id, params)} "
+            f"id = {self.sql.value(run_id, params)} "
             f"AND status IN ({', '.join('%s' for _ in statuses)})"
         )
         params.extend(statuses)
@@ -347,9 +257,9 @@ class Store:
         """Queue a run waiting for reconciliation once none of its effects is unsettled
         and nobody holds it; True if it was queued."""
         params: list[Any] = []
-        run_sql = self._value(run_id, params)
+        run_sql = self.sql.value(run_id, params)
         params.append(RunStatus.EFFECT_UNKNOWN.value)
-        step_run_sql = self._value(run_id, params)
+        step_run_sql = self.sql.value(run_id, params)
         params.extend([StepStatus.RUNNING.value, StepStatus.UNKNOWN.value])
         where = (
             f"id = {run_sql} AND status = %s AND NOT EXISTS (SELECT 1 FROM agentruns_step "
@@ -370,7 +280,7 @@ class Store:
         finishing it, say); True if it was queued."""
         params: list[Any] = []
         where = (
-            f"id = {self._value(run_id, params)} AND status = %s "
+            f"id = {self.sql.value(run_id, params)} AND status = %s "
             f"AND (lease_expires_at IS NULL OR lease_expires_at < {self.now_sql})"
         )
         params.append(RunStatus.WAITING_FOR_APPROVAL.value)
@@ -392,7 +302,7 @@ class Store:
 
     def _fenced(self, fence: Fence) -> tuple[str, list[Any]]:
         params: list[Any] = []
-        return self._fence_where(fence, params), params
+        return self.sql.fence_where(fence, params), params
 
     def _run_update(
         self,
@@ -409,7 +319,7 @@ class Store:
         if bump_version:
             assignments = {"state_version": Sql("state_version + 1"), **assignments}
         assignments.setdefault("updated_at", NOW)
-        set_sql = self._assignments(assignments, params)
+        set_sql = self.sql.assignments(assignments, params)
         params.extend(where_params)
         if unless_cancelled:
             where_sql += " AND cancel_requested_at IS NULL"
@@ -485,7 +395,7 @@ class Store:
                     )
             with self._sqlite_transaction() as sqlite:
                 return self._guarded_statements(
-                    lambda sql, params: sqlite.execute(_qmark(sql), params).fetchone(),
+                    lambda sql, params: sqlite.execute(qmark(sql), params).fetchone(),
                     guards,
                     run_sql,
                     run_params,
@@ -508,11 +418,11 @@ class Store:
         step_pk = None
         if step is not None:
             params: list[Any] = []
-            written = execute(self._step_sql(step, params, source=None), params)
+            written = execute(self.sql.step_sql(step, params, source=None), params)
             step_pk = written[0] if written else None
         if event is not None:
             params = []
-            sql = self._event_sql(
+            sql = self.sql.event_sql(
                 event,
                 params,
                 run=run_value,
@@ -529,47 +439,21 @@ class Store:
         """A step write as a guard: it must match (the step still in one of the
         statuses) for the transition it is part of to commit."""
         params: list[Any] = []
-        sql = self._step_sql(StepUpdate(pk, values, only_if_status), params, source=None)
+        sql = self.sql.step_sql(StepUpdate(pk, values, only_if_status), params, source=None)
         return Guard(sql, params)
 
     def cancel_requested(self, run_id: uuid.UUID) -> bool:
         params: list[Any] = []
         sql = (
             "SELECT cancel_requested_at IS NOT NULL FROM agentruns_run "
-            f"WHERE id = {self._value(run_id, params)}"
+            f"WHERE id = {self.sql.value(run_id, params)}"
         )
         if self.vendor == "postgresql":
             row = self._execute_pg(sql, params)
         else:
             self.connection.ensure_connection()
-            row = self.connection.connection.execute(_qmark(sql), params).fetchone()
+            row = self.connection.connection.execute(qmark(sql), params).fetchone()
         return bool(row and row[0])
-
-    def _step_sql(self, step: StepInsert | StepUpdate, params: list[Any], *, source: str | None):
-        """SQL writing the step; ``source`` is the CTE that must have matched (PostgreSQL)."""
-        if isinstance(step, StepInsert):
-            values = dict(step.values)
-            values.setdefault("created_at", NOW)
-            columns = ", ".join(values)
-            rendered = ", ".join(
-                self._value(v, params, json_column=c in STEP_JSON_COLUMNS)
-                for c, v in values.items()
-            )
-            if source is None:
-                return f"INSERT INTO agentruns_step ({columns}) VALUES ({rendered}) RETURNING id"
-            return (
-                f"INSERT INTO agentruns_step ({columns}) SELECT {rendered} FROM {source} "
-                "RETURNING id"
-            )
-        set_sql = self._assignments(step.values, params, STEP_JSON_COLUMNS)
-        params.append(step.pk)
-        where = "id = %s"
-        if step.only_if_status:
-            where += f" AND status IN ({', '.join('%s' for _ in step.only_if_status)})"
-            params.extend(step.only_if_status)
-        if source is not None:
-            where += f" AND EXISTS (SELECT 1 FROM {source})"
-        return f"UPDATE agentruns_step SET {set_sql} WHERE {where} RETURNING id"
 
     def _transition_pg(
         self, run_sql, run_params, step, event, fact, run_id, reconnect_seconds, returning=()
@@ -577,17 +461,17 @@ class Store:
         params: list[Any] = []
         ctes = []
         if step is not None and fact:
-            ctes.append(f"s AS ({self._step_sql(step, params, source=None)})")
+            ctes.append(f"s AS ({self.sql.step_sql(step, params, source=None)})")
             ctes.append(f"r AS ({run_sql})")
             params.extend(run_params)
         else:
             ctes.append(f"r AS ({run_sql})")
             params.extend(run_params)
             if step is not None:
-                ctes.append(f"s AS ({self._step_sql(step, params, source='r')})")
+                ctes.append(f"s AS ({self.sql.step_sql(step, params, source='r')})")
         if event is not None and fact:
             # Written whether or not the run's part matched, under the version then.
-            event_sql = self._event_sql(
+            event_sql = self.sql.event_sql(
                 event,
                 params,
                 run=run_id,
@@ -599,7 +483,7 @@ class Store:
             )
             ctes.append(f"e AS ({event_sql})")
         elif event is not None:
-            event_sql = self._event_sql(
+            event_sql = self.sql.event_sql(
                 event, params, run=Sql("r.id"), version_sql="r.state_version", tail=" FROM r"
             )
             ctes.append(f"e AS ({event_sql})")
@@ -667,18 +551,18 @@ class Store:
 
     def _transition_sqlite(self, run_sql, run_params, step, event, fact, run_id, returning=()):
         with self._sqlite_transaction() as raw:
-            row = raw.execute(_qmark(run_sql), run_params).fetchone()
+            row = raw.execute(qmark(run_sql), run_params).fetchone()
             fenced = row is not None
             if not fenced and not fact:
                 # Nothing was written; the empty transaction commits as a no-op.
                 return Committed(False, None, False, None)
             version = row[1] if fenced else None
             cancel_requested = bool(row[2]) if fenced else False
-            claimed = _sqlite_columns(returning, row[3:]) if returning and fenced else None
+            claimed = sqlite_columns(returning, row[3:]) if returning and fenced else None
             step_pk = None
             if step is not None:
                 params: list[Any] = []
-                written = raw.execute(_qmark(self._step_sql(step, params, source=None)), params)
+                written = raw.execute(qmark(self.sql.step_sql(step, params, source=None)), params)
                 step_row = written.fetchone()
                 step_pk = step_row[0] if step_row else None
             if event is not None:
@@ -690,14 +574,14 @@ class Store:
                 else:
                     event_version = version
                 params = []
-                sql = self._event_sql(
+                sql = self.sql.event_sql(
                     event,
                     params,
                     run=row[0] if fenced else run_id,
                     version_sql="%s",
                     version_params=(event_version,),
                 )
-                raw.execute(_qmark(sql), params)
+                raw.execute(qmark(sql), params)
         return Committed(fenced, version, cancel_requested, step_pk, claimed=claimed)
 
     def record_fact(self, run_id: uuid.UUID, step: StepUpdate, event: Event) -> bool:
@@ -710,15 +594,15 @@ class Store:
         claiming a change that did not happen.
         """
         step_params: list[Any] = []
-        step_sql = self._step_sql(step, step_params, source=None)
+        step_sql = self.sql.step_sql(step, step_params, source=None)
         ignored = Event(
             "late_answer_ignored", event.step_id, {**event.payload, "answer": event.type}
         )
         version_sql = "(SELECT state_version FROM agentruns_run WHERE id = %s)"
-        version_params = (self._bind(run_id),)
+        version_params = (self.sql.bind(run_id),)
         if self.vendor == "postgresql":
             written_params: list[Any] = []
-            written_sql = self._event_sql(
+            written_sql = self.sql.event_sql(
                 event,
                 written_params,
                 run=run_id,
@@ -727,7 +611,7 @@ class Store:
                 tail=" WHERE EXISTS (SELECT 1 FROM s)",
             )
             ignored_params: list[Any] = []
-            ignored_sql = self._event_sql(
+            ignored_sql = self.sql.event_sql(
                 ignored,
                 ignored_params,
                 run=run_id,
@@ -742,16 +626,16 @@ class Store:
             )
             return bool(row[0])
         with self._sqlite_transaction() as raw:
-            written = raw.execute(_qmark(step_sql), step_params).fetchone()
+            written = raw.execute(qmark(step_sql), step_params).fetchone()
             params: list[Any] = []
-            sql = self._event_sql(
+            sql = self.sql.event_sql(
                 event if written is not None else ignored,
                 params,
                 run=run_id,
                 version_sql=version_sql,
                 version_params=version_params,
             )
-            raw.execute(_qmark(sql), params)
+            raw.execute(qmark(sql), params)
         return written is not None
 
     # --- reads -------------------------------------------------------------------
@@ -776,7 +660,7 @@ class Store:
         conn.ensure_connection()
         raw = conn.connection
         if self.vendor != "postgresql":
-            return raw.execute(_qmark(sql), params).fetchall()
+            return raw.execute(qmark(sql), params).fetchall()
         self._allow_preparing(raw)
         with psycopg.Cursor(raw) as cursor:
             cursor.execute(sql, params, prepare=self.prepare)
@@ -790,24 +674,3 @@ class Store:
         raw.ensure_connection()
         value = raw.connection.execute(f"SELECT {self.now_sql}").fetchone()[0]
         return timezone.make_aware(typecast_timestamp(value), UTC)
-
-
-def _qmark(sql: str) -> str:
-    return sql.replace("%s", "?")
-
-
-def _sqlite_columns(columns: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
-    """Returned run columns as the model holds them (SQLite keeps booleans as 0/1 and
-    timestamps in UTC without a zone; the connection parses declared datetimes, an
-    expression's value comes back as text)."""
-    typed: dict[str, Any] = {}
-    for column, value in zip(columns, values, strict=True):
-        if column in CLAIMED_BOOLEANS:
-            value = bool(value)
-        elif column in CLAIMED_TIMESTAMPS and value is not None:
-            if isinstance(value, str):
-                value = typecast_timestamp(value)
-            if timezone.is_naive(value):
-                value = timezone.make_aware(value, UTC)
-        typed[column] = value
-    return typed
