@@ -43,6 +43,7 @@ from django_q.signals import pre_enqueue
 from django_q.signing import SignedPackage
 
 from agentruns.runtime.outages import Outage, is_connection_loss, through_outages
+from agentruns.side_connections import side_connection_params
 
 log = logging.getLogger("holdfast.broker")
 
@@ -162,12 +163,7 @@ class ListeningORM(ORM):
             return True
         if time.monotonic() < self._retry_listening_at:
             return False
-        params = {
-            key: value
-            for key, value in connections[Conf.ORM].get_connection_params().items()
-            if key not in ("cursor_factory", "context", "prepare_threshold")
-        }
-        params.setdefault("connect_timeout", 5)
+        params = side_connection_params(Conf.ORM)
         try:
             self._listener = psycopg.connect(**params, autocommit=True)
             self._listener.execute(f"LISTEN {QUEUE_CHANNEL}")

@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import connections
 
 from agentruns.runtime.outages import Outage
+from agentruns.side_connections import side_connection_params
 
 log = logging.getLogger("holdfast.pages")
 
@@ -76,11 +77,7 @@ class Doorbell:
     def _loop(self) -> None:
         import psycopg
 
-        params = {
-            key: value
-            for key, value in connections[self.alias].get_connection_params().items()
-            if key not in ("cursor_factory", "context")
-        }
+        params = side_connection_params(self.alias)
         conn: psycopg.Connection | None = None
         while True:
             if not self._rung.wait(timeout=IDLE_SECONDS):

@@ -55,6 +55,7 @@ from accounts.models import AuditEntry
 from agentruns.doorbell import LIVE_CHANNEL
 from agentruns.models import RunEvent
 from agentruns.runtime.outages import Outage
+from agentruns.side_connections import side_connection_params
 
 log = logging.getLogger("holdfast.pages")
 
@@ -379,11 +380,7 @@ class Follower:
     async def _listen_loop(self) -> None:
         import psycopg
 
-        params = {
-            key: value
-            for key, value in connection.get_connection_params().items()
-            if key not in ("cursor_factory", "context", "prepare_threshold")
-        }
+        params = side_connection_params(connection.alias)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(

@@ -20,6 +20,7 @@ from django_q.models import OrmQ
 
 from agentruns import broker as broker_module
 from agentruns.broker import QUEUE_CHANNEL, ListeningORM
+from agentruns.side_connections import side_connection_params
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -43,14 +44,6 @@ def broker():
 def slow_reread(settings):
     # Far longer than any wake-up below: a pusher that returns in time was woken.
     settings.HOLDFAST_QUEUE_REREAD_SECONDS = 60.0
-
-
-def _listener_params() -> dict:
-    return {
-        key: value
-        for key, value in connection.get_connection_params().items()
-        if key not in ("cursor_factory", "context", "prepare_threshold")
-    }
 
 
 def _until_listening(*queues: ListeningORM) -> None:
@@ -93,7 +86,7 @@ def test_a_waiting_pusher_is_woken_by_an_enqueue_and_takes_it(broker, slow_rerea
 
 @on_postgresql
 def test_an_enqueue_announces_itself_after_its_commit_and_a_rollback_announces_nothing(broker):
-    with psycopg.connect(**_listener_params(), autocommit=True) as listener:
+    with psycopg.connect(**side_connection_params(), autocommit=True) as listener:
         listener.execute(f"LISTEN {QUEUE_CHANNEL}")
         with pytest.raises(RuntimeError), transaction.atomic(using=Conf.ORM):
             broker.enqueue("rolled back")
@@ -175,7 +168,7 @@ def test_a_lost_queue_connection_is_waited_out_not_raised(broker, slow_reread):
     task_id = broker.enqueue("after a restart")
     assert broker._listen()
     # The server ends this process's queue connection (a restart, a failover).
-    with psycopg.connect(**_listener_params(), autocommit=True) as admin:
+    with psycopg.connect(**side_connection_params(), autocommit=True) as admin:
         connection.ensure_connection()
         backend = connection.connection.info.backend_pid
         admin.execute("SELECT pg_terminate_backend(%s)", [backend])
@@ -187,7 +180,7 @@ def test_a_lost_queue_connection_is_waited_out_not_raised(broker, slow_reread):
 @on_postgresql
 def test_a_broken_listener_is_replaced_at_the_next_look(broker, slow_reread):
     assert broker._listen()
-    with psycopg.connect(**_listener_params(), autocommit=True) as admin:
+    with psycopg.connect(**side_connection_params(), autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [broker._listener.info.backend_pid])
     broker._wait(1.0)  # the wait finds the connection gone and closes it
     assert broker._listener is None

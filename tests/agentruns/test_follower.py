@@ -20,6 +20,7 @@ from agentruns import follower as follower_module
 from agentruns.doorbell import Doorbell
 from agentruns.follower import LIVE_CHANNEL, Follower, Moved, live_sync_to_async
 from agentruns.runtime.outages import Outage
+from agentruns.side_connections import side_connection_params
 from config.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,14 +42,6 @@ class Page:
     def deliver(self, moved: Moved) -> None:
         self.batches.append(moved)
         self.arrived.set()
-
-
-def _listener_params() -> dict:
-    return {
-        key: value
-        for key, value in connection.get_connection_params().items()
-        if key not in ("cursor_factory", "context", "prepare_threshold")
-    }
 
 
 async def _arrived(page: Page, timeout: float = 5.0) -> Moved:
@@ -191,7 +184,7 @@ def test_a_commit_reaches_a_connected_socket_through_notify(
 
 @on_postgresql
 def test_a_commit_notifies_its_tenant_and_a_rollback_notifies_nothing(tenant):
-    with psycopg.connect(**_listener_params(), autocommit=True) as listener:
+    with psycopg.connect(**side_connection_params(), autocommit=True) as listener:
         listener.execute(f"LISTEN {LIVE_CHANNEL}")
         with pytest.raises(RuntimeError), transaction.atomic():
             audit_record(
@@ -239,7 +232,7 @@ def test_the_doorbell_sends_one_notification_per_tenant_for_many_rings(
     theirs = Harness(other_tenant).start("flow", {"sleep": 600})
     time.sleep(0.5)  # the process's own doorbell has announced those starts before we listen
     doorbell = Doorbell()
-    with psycopg.connect(**_listener_params(), autocommit=True) as listener:
+    with psycopg.connect(**side_connection_params(), autocommit=True) as listener:
         listener.execute(f"LISTEN {LIVE_CHANNEL}")
         for _ in range(20):
             for run in [*ours, theirs]:
@@ -251,7 +244,7 @@ def test_the_doorbell_sends_one_notification_per_tenant_for_many_rings(
 @on_postgresql
 def test_the_engines_commit_notifies_the_runs_tenant_after_it(tenant, harness):
     run = harness.start("flow", {"sleep": 600})
-    with psycopg.connect(**_listener_params(), autocommit=True) as listener:
+    with psycopg.connect(**side_connection_params(), autocommit=True) as listener:
         listener.execute(f"LISTEN {LIVE_CHANNEL}")
         harness.advance(run)  # the harness's engine rings the process's doorbell
         heard = {notice.payload for notice in listener.notifies(timeout=1)}
