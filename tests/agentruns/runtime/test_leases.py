@@ -15,6 +15,19 @@ from tests.agentruns.runtime import agents
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+# The worker that loses a race either finds the claim taken or, when the winner has
+# already finished the run before it looks (a slow thread start), a run with nothing
+# left to do. Both leave the run untouched; which one it sees is the scheduler's choice.
+LOST_THE_RACE = {"not_claimed", "not_runnable"}
+
+
+def _one_advance(outcomes):
+    winners = [o for o in outcomes if o == "finished:completed"]
+    losers = [o for o in outcomes if o != "finished:completed"]
+    assert len(winners) == 1, outcomes
+    assert set(losers) <= LOST_THE_RACE, outcomes
+
+
 def _in_threads(count, target):
     barrier = threading.Barrier(count)
     results = [None] * count
@@ -37,7 +50,7 @@ def _in_threads(count, target):
 def test_two_workers_racing_for_a_run_yield_one_advance(harness, provider):
     run = harness.start("flow")
     outcomes = _in_threads(2, lambda i: harness.build().advance(run.id, owner=f"worker-{i}"))
-    assert sorted(outcomes) == ["finished:completed", "not_claimed"]
+    _one_advance(outcomes)
     assert provider.calls["lookup_order"] == 1
     assert provider.effect_count() == 1
 
@@ -46,7 +59,7 @@ def test_two_workers_recovering_an_expired_lease_yield_one_advance(harness, prov
     run = harness.start("flow")
     harness.interrupt(run, faults.AFTER_RESULT_RECORDED, "lookup_order")
     outcomes = _in_threads(2, lambda i: harness.build().advance(run.id, owner=f"rescuer-{i}"))
-    assert sorted(outcomes) == ["finished:completed", "not_claimed"]
+    _one_advance(outcomes)
     assert provider.calls["charge"] == 1
 
 
