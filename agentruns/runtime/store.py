@@ -7,29 +7,25 @@ statements, ``COMMIT`` on the raw connection. Both skip the ORM's query
 building, which costs more than the commit itself (see
 shared/reference/step-write-cost.md and benchmarks/step_overhead.py).
 
+The Store composes each transition; its pieces of SQL come from
+agentruns/runtime/fragments.py, and agentruns/runtime/raw_connection.py runs them.
+
 Times in WHERE clauses and in written timestamps are always the database's
 clock (DESIGN §12.10): ``statement_timestamp()`` on PostgreSQL, ``'now'`` on SQLite.
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
-
-import psycopg
-from django.db import connections
-from django.db.backends.utils import typecast_timestamp
-from django.utils import timezone
 
 from agentruns.models import Run, RunStatus, Step, StepStatus
 from agentruns.runtime.approval import Guard
-from agentruns.runtime.fragments import Fragments, qmark, sqlite_columns
-from agentruns.runtime.outages import Outage, through_outages
+from agentruns.runtime.fragments import Fragments, sqlite_columns
+from agentruns.runtime.raw_connection import RawConnection
 from agentruns.runtime.reads import compiled_read
 from agentruns.runtime.writes import (
     NOW,
@@ -50,10 +46,6 @@ class _GuardedRollback(Exception):
         super().__init__()
         self.guard_failed = guard_failed
 
-
-# One per process: a database outage is one warning when it starts and one when it
-# ends, however many runs this process was working on.
-ENGINE_OUTAGE = Outage("engine", logging.getLogger("holdfast.engine"))
 
 # What a claim returns beside the version and whether a cancel was requested: every
 # column it writes, and the cancel request's author (written without a new version).
@@ -86,25 +78,13 @@ class Store:
         # pages' doorbell, agentruns/doorbell.py). It must never raise or wait: the
         # commit is made whatever it does.
         self.committed: Callable[[uuid.UUID], None] = committed or (lambda run_id: None)
-        # PostgreSQL: the engine's statements are server-side prepared, once per
-        # connection. Off for a pooler that cannot keep a prepared statement on the
-        # connection that prepared it (PgBouncer's transaction pooling before 1.21,
-        # or with max_prepared_statements = 0): docs/scaling.md.
-        self.prepare = prepare
-        # How long a statement is retried while the database connection is lost
-        # (a restart, a failover). Every statement is one whose repetition after a
-        # lost reply is harmless: the fence, a compare-and-set or a step's status
-        # decides, so a write that did commit is never made twice.
-        self.reconnect_seconds = reconnect_seconds
-        # The backend never changes for an alias; looking it up per value is costly.
-        self.vendor: str = connections[alias].vendor
+        # Where the statements run: preparation (off behind a pooler that cannot keep
+        # it) and how long one is retried while the connection is lost.
+        self.db = RawConnection(alias, prepare=prepare, reconnect_seconds=reconnect_seconds)
+        self.vendor = self.db.vendor
         # The statements' pieces, in this database's dialect (agentruns/runtime/fragments.py).
         self.sql = Fragments(self.vendor)
         self.now_sql = self.sql.now_sql
-
-    @property
-    def connection(self):
-        return connections[self.alias]
 
     # --- the engine's writes for a claimed run -------------------------------------
     #
@@ -358,15 +338,7 @@ class Store:
         return committed
 
     def _guarded(self, guards: list[Guard], run_sql, run_params, step, event) -> Committed:
-        if self.vendor != "postgresql":
-            return self._guarded_once(guards, run_sql, run_params, step, event)
-        # A transaction the lost connection cut short was rolled back by the server.
-        return through_outages(
-            lambda: self._guarded_once(guards, run_sql, run_params, step, event),
-            outage=ENGINE_OUTAGE,
-            budget=self.reconnect_seconds,
-            alias=self.alias,
-        )
+        return self.db.retried(lambda: self._guarded_once(guards, run_sql, run_params, step, event))
 
     def _guarded_once(self, guards: list[Guard], run_sql, run_params, step, event) -> Committed:
         """The guards, then the fenced transition, in one explicit transaction.
@@ -376,26 +348,10 @@ class Store:
         lease is gone), the transaction is rolled back, so a guard's write never
         outlives the decision it was part of.
         """
-        pg = self.vendor == "postgresql"
-        conn = self.connection
-        conn.ensure_connection()
-        if conn.in_atomic_block:
-            raise RuntimeError("engine transitions must not run inside transaction.atomic()")
-        raw = conn.connection
         try:
-            if pg:
-                with raw.transaction(), psycopg.Cursor(raw) as cursor:
-                    return self._guarded_statements(
-                        lambda sql, params: cursor.execute(sql, params).fetchone(),
-                        guards,
-                        run_sql,
-                        run_params,
-                        step,
-                        event,
-                    )
-            with self._sqlite_transaction() as sqlite:
+            with self.db.transaction() as execute:
                 return self._guarded_statements(
-                    lambda sql, params: sqlite.execute(qmark(sql), params).fetchone(),
+                    lambda sql, params: execute(sql, params).fetchone(),
                     guards,
                     run_sql,
                     run_params,
@@ -448,11 +404,7 @@ class Store:
             "SELECT cancel_requested_at IS NOT NULL FROM agentruns_run "
             f"WHERE id = {self.sql.value(run_id, params)}"
         )
-        if self.vendor == "postgresql":
-            row = self._execute_pg(sql, params)
-        else:
-            self.connection.ensure_connection()
-            row = self.connection.connection.execute(qmark(sql), params).fetchone()
+        row = self.db.fetch_one(sql, params)
         return bool(row and row[0])
 
     def _transition_pg(
@@ -494,64 +446,14 @@ class Store:
             f"(SELECT count(*) FROM r), {step_select}"
             + "".join(f", (SELECT {column} FROM r)" for column in returning)
         )
-        row = self._execute_pg(sql, params, reconnect_seconds=reconnect_seconds)
+        row = self.db.fetch_one(sql, params, reconnect_seconds=reconnect_seconds)
         version, cancel_requested, matched, step_pk = row[:4]
         claimed = dict(zip(returning, row[4:], strict=True)) if returning and matched else None
         return Committed(bool(matched), version, bool(cancel_requested), step_pk, claimed=claimed)
 
-    def _execute_pg(self, sql: str, params: list[Any], *, reconnect_seconds: float | None = None):
-        """One statement, its own transaction; retried while the connection is lost."""
-        return through_outages(
-            lambda: self._execute_pg_once(sql, params),
-            outage=ENGINE_OUTAGE,
-            budget=self.reconnect_seconds if reconnect_seconds is None else reconnect_seconds,
-            alias=self.alias,
-        )
-
-    def _execute_pg_once(self, sql: str, params: list[Any]):
-        conn = self.connection
-        conn.ensure_connection()
-        # The engine's own statements are server-side prepared on the raw psycopg
-        # connection (Django's cursors bind client-side). Autocommit: each
-        # statement is its own transaction, never part of a caller's atomic().
-        if conn.in_atomic_block:
-            raise RuntimeError("engine transitions must not run inside transaction.atomic()")
-        raw = conn.connection
-        self._allow_preparing(raw)
-        with psycopg.Cursor(raw) as cursor:
-            # prepare=False: an unnamed statement, parsed each time (nothing survives
-            # on the server connection for a pooler to lose).
-            cursor.execute(sql, params, prepare=self.prepare)
-            return cursor.fetchone()
-
-    def _allow_preparing(self, raw) -> None:
-        if self.prepare and raw.prepare_threshold is None:
-            # Django turns preparation off for the connection; a threshold no query
-            # reaches keeps Django's own statements unprepared while the engine's,
-            # which ask for it explicitly, are prepared once per connection.
-            raw.prepare_threshold = 2**31 - 1
-
-    @contextmanager
-    def _sqlite_transaction(self) -> Iterator[Any]:
-        """BEGIN IMMEDIATE on the raw connection: the write lock is taken at BEGIN,
-        so a writer waits its busy timeout instead of failing mid-transaction."""
-        conn = self.connection
-        conn.ensure_connection()
-        if conn.in_atomic_block:
-            raise RuntimeError("engine transitions must not run inside transaction.atomic()")
-        raw = conn.connection
-        raw.execute("BEGIN IMMEDIATE")
-        try:
-            yield raw
-            raw.execute("COMMIT")
-        except BaseException:
-            if raw.in_transaction:
-                raw.execute("ROLLBACK")
-            raise
-
     def _transition_sqlite(self, run_sql, run_params, step, event, fact, run_id, returning=()):
-        with self._sqlite_transaction() as raw:
-            row = raw.execute(qmark(run_sql), run_params).fetchone()
+        with self.db.transaction() as execute:
+            row = execute(run_sql, run_params).fetchone()
             fenced = row is not None
             if not fenced and not fact:
                 # Nothing was written; the empty transaction commits as a no-op.
@@ -562,13 +464,14 @@ class Store:
             step_pk = None
             if step is not None:
                 params: list[Any] = []
-                written = raw.execute(qmark(self.sql.step_sql(step, params, source=None)), params)
+                written = execute(self.sql.step_sql(step, params, source=None), params)
                 step_row = written.fetchone()
                 step_pk = step_row[0] if step_row else None
             if event is not None:
                 if version is None:
-                    current = raw.execute(
-                        "SELECT state_version FROM agentruns_run WHERE id = ?", [run_id.hex]
+                    current = execute(
+                        "SELECT state_version FROM agentruns_run WHERE id = %s",
+                        [self.sql.bind(run_id)],
                     ).fetchone()
                     event_version = current[0] if current else -1
                 else:
@@ -581,7 +484,7 @@ class Store:
                     version_sql="%s",
                     version_params=(event_version,),
                 )
-                raw.execute(qmark(sql), params)
+                execute(sql, params)
         return Committed(fenced, version, cancel_requested, step_pk, claimed=claimed)
 
     def record_fact(self, run_id: uuid.UUID, step: StepUpdate, event: Event) -> bool:
@@ -619,14 +522,14 @@ class Store:
                 version_params=version_params,
                 tail=" WHERE NOT EXISTS (SELECT 1 FROM s)",
             )
-            row = self._execute_pg(
+            row = self.db.fetch_one(
                 f"WITH s AS ({step_sql}), e AS ({written_sql}), i AS ({ignored_sql}) "
                 "SELECT count(*) FROM s",
                 [*step_params, *written_params, *ignored_params],
             )
             return bool(row[0])
-        with self._sqlite_transaction() as raw:
-            written = raw.execute(qmark(step_sql), step_params).fetchone()
+        with self.db.transaction() as execute:
+            written = execute(step_sql, step_params).fetchone()
             params: list[Any] = []
             sql = self.sql.event_sql(
                 event if written is not None else ignored,
@@ -635,7 +538,7 @@ class Store:
                 version_sql=version_sql,
                 version_params=version_params,
             )
-            raw.execute(qmark(sql), params)
+            execute(sql, params)
         return written is not None
 
     # --- reads -------------------------------------------------------------------
@@ -643,7 +546,7 @@ class Store:
     def run_read(self, run_id: uuid.UUID) -> Run | None:
         """The run, as a worker reads it before its claim."""
         read = compiled_read("run", lambda some_id: Run.objects.filter(pk=some_id), self.alias)
-        found = read.models(self._fetch_all(read.sql, read.params_for(run_id)))
+        found = read.models(self.db.fetch_all(read.sql, read.params_for(run_id)))
         return found[0] if found else None
 
     def steps_read(self, run_id: uuid.UUID) -> list[Step]:
@@ -651,26 +554,7 @@ class Store:
         read = compiled_read(
             "steps", lambda some_id: Step.objects.filter(run_id=some_id), self.alias
         )
-        return read.models(self._fetch_all(read.sql, read.params_for(run_id)))
-
-    def _fetch_all(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        """A read's rows, on the raw connection as the engine's writes (prepared on
-        PostgreSQL)."""
-        conn = self.connection
-        conn.ensure_connection()
-        raw = conn.connection
-        if self.vendor != "postgresql":
-            return raw.execute(qmark(sql), params).fetchall()
-        self._allow_preparing(raw)
-        with psycopg.Cursor(raw) as cursor:
-            cursor.execute(sql, params, prepare=self.prepare)
-            return cursor.fetchall()
+        return read.models(self.db.fetch_all(read.sql, read.params_for(run_id)))
 
     def db_now(self) -> datetime:
-        if self.vendor == "postgresql":
-            row = self._execute_pg("SELECT statement_timestamp()", [])
-            return row[0]
-        raw = self.connection
-        raw.ensure_connection()
-        value = raw.connection.execute(f"SELECT {self.now_sql}").fetchone()[0]
-        return timezone.make_aware(typecast_timestamp(value), UTC)
+        return self.db.db_now()

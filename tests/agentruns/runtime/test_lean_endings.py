@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from agentruns.models import Run, RunStatus
 from agentruns.runtime import READ_ONLY, start_run, tool
-from agentruns.runtime.store import Store
+from agentruns.runtime.raw_connection import RawConnection
 from approvals.gate import DatabaseApprovalGate
 
 # The engine's transitions refuse to run inside a test's transaction.
@@ -97,13 +97,13 @@ def test_a_run_without_effects_reads_the_run_once_and_its_steps_once(harness, mo
     run = harness.start("values")
     # The Store's reads go to the raw connection (prepared), the rest through Django's.
     store_reads: list[str] = []
-    fetch_all = Store._fetch_all
+    fetch_all = RawConnection.fetch_all
 
     def recording(self, sql, params):
         store_reads.append(sql)
         return fetch_all(self, sql, params)
 
-    monkeypatch.setattr(Store, "_fetch_all", recording)
+    monkeypatch.setattr(RawConnection, "fetch_all", recording)
     with CaptureQueriesContext(connection) as queries:
         assert harness.advance(run) == f"finished:{RunStatus.COMPLETED}"
     reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]

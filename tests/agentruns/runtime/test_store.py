@@ -40,7 +40,7 @@ def test_the_engines_statements_are_prepared_unless_turned_off_for_a_pooler(prep
     store = Store(prepare=prepare)
     before = _prepared_on_this_connection()
     for _ in range(2):
-        assert store._execute_pg("SELECT %s::int + 1", [41]) == (42,)
+        assert store.db.fetch_one("SELECT %s::int + 1", [41]) == (42,)
     # On: prepared once, reused; off (PgBouncer in transaction mode): nothing is left
     # on the server connection for the pooler to lose.
     assert _prepared_on_this_connection() - before == (1 if prepare else 0)
